@@ -1,0 +1,42 @@
+# One entry point for everything: `make run` (the main job, locally) and `make test`.
+# Both create .venv from the pinned lock file when it is missing or stale.
+
+PYTHON_BOOTSTRAP ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-launcher test-tensorflow test-xla lint bench lock clean
+
+$(STAMP): requirements/dev.lock pyproject.toml
+	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check -r requirements/dev.lock
+	$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps -e .
+	touch $@
+
+venv: $(STAMP)
+
+## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
+## and execs the MNIST trainer briefly.
+run: $(STAMP)
+	$(PY) -m launcher -- --fake_data --num_epochs=1 --num_steps=20
+
+## test: the whole suite. TensorFlow and torch_xla abort when loaded into one process, so the
+## tests that import either run in their own pytest session.
+test: $(STAMP)
+	$(PY) -m pytest -m "not tensorflow and not xla"
+	$(PY) -m pytest -m tensorflow
+	$(PY) -m pytest -m xla
+
+bench: $(STAMP)
+	$(PY) bench/launcher.py
+
+## lock: re-resolve requirements/dev.in into requirements/dev.lock.
+lock:
+	rm -rf /tmp/lock-venv && $(PYTHON_BOOTSTRAP) -m venv /tmp/lock-venv
+	/tmp/lock-venv/bin/pip install --quiet --no-cache-dir -r requirements/dev.in
+	( echo "# Fully pinned resolution of requirements/dev.in for Python 3.11 (\`make lock\` regenerates it)."; \
+	  /tmp/lock-venv/bin/pip freeze ) > requirements/dev.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,115 @@
+"""The launcher's pipeline: environment -> platform -> runtime -> (TPU wait) -> trainer env.
+
+``plan_launch`` does everything except exec; ``launcher.cli.main`` prints the plan and execs
+it. Keeping it free of printing and exec makes each step testable with plain values.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+
+from launcher.address import Endpoint, parse_endpoint
+from launcher.errors import ConfigError
+from launcher.job_env import JobEnvironment
+from launcher.platforms import detect_platform
+from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
+from launcher.report import format_assignments, format_command
+from launcher.runtime import XlaRuntime, detect_runtime
+from launcher.runtime_env import RuntimeEnv, check_supported, runtime_env
+from launcher.tpu_wait import WaitPolicy, wait_until_ready
+
+DEFAULT_TRAINER = "python -m trainer.mnist"
+_PYTHON_NAMES = ("python", "python3")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The launcher's settings, from its command line and ``LAUNCHER_*`` variables."""
+
+    trainer: str = DEFAULT_TRAINER
+    trainer_args: Tuple[str, ...] = ()
+    command: Tuple[str, ...] = ()
+    xla_runtime: Optional[str] = None
+    wait: WaitPolicy = WaitPolicy()
+    host_root: str = "/"
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start the trainer, and what to tell the user about it."""
+
+    platform: Platform
+    runtime: XlaRuntime
+    endpoint: Optional[Endpoint]
+    env: RuntimeEnv
+    command: Tuple[str, ...]
+
+
+def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callable[[str], None],
+                resolve: Optional[Callable[..., str]] = None) -> LaunchPlan:
+    """Detect, check, resolve (TPU node only) and compute the trainer's environment.
+
+    ``resolve(node, policy, log)`` turns a node into ``host:port``; by default
+    ``resolve_tpu_node`` (TensorFlow's resolver, waiting).
+    """
+    command = trainer_command(options)
+    job_env = JobEnvironment.from_environ(environ)
+    platform = detect_platform(job_env, options.host_root)
+    runtime = detect_runtime(options.xla_runtime)
+    check_supported(platform, runtime)  # fail in seconds, before any waiting
+    endpoint = None
+    if platform.kind == TPU_NODE and platform.tpu_node is not None:
+        address = (resolve or resolve_tpu_node)(platform.tpu_node, options.wait, log)
+        endpoint = parse_endpoint(address, "the address of TPU node {}".format(
+            platform.tpu_node.name))
+    return LaunchPlan(platform, runtime, endpoint, runtime_env(platform, runtime, endpoint),
+                      command)
+
+
+def resolve_tpu_node(node: TpuNodeRef, policy: WaitPolicy, log: Callable[[str], None]) -> str:
+    """Wait with TensorFlow's ``TPUClusterResolver`` until the node is usable."""
+    from launcher.tpu_api import NodeProbe  # imports TensorFlow: only on this path
+
+    probe = NodeProbe(node)
+    return wait_until_ready(probe.poll, node.name, policy, log)
+
+
+def trainer_command(options: LaunchOptions) -> Tuple[str, ...]:
+    """The argv to exec: an explicit command after ``--``, else the trainer plus its args.
+
+    A leading ``python``/``python3`` means the launcher's own interpreter, so the trainer runs
+    in the same environment (virtual env or image) as the launcher.
+    """
+    if options.command:
+        command: List[str] = list(options.command)
+    else:
+        try:
+            command = shlex.split(options.trainer) + list(options.trainer_args)
+        except ValueError as error:
+            raise ConfigError("LAUNCHER_TRAINER / --trainer is not a valid command ({})".format(
+                error), 'use e.g. LAUNCHER_TRAINER="python -m trainer.imagenet"')
+        if not command:
+            raise ConfigError("LAUNCHER_TRAINER / --trainer is empty",
+                              'use e.g. LAUNCHER_TRAINER="python -m trainer.mnist"')
+    if command[0] in _PYTHON_NAMES:
+        command[0] = sys.executable
+    return tuple(command)
+
+
+def describe(plan: LaunchPlan) -> Sequence[str]:
+    """The summary lines logged before the trainer starts."""
+    lines = ["platform: {}".format(plan.platform.description)]
+    lines.extend("{}: {}".format(label, value) for label, value in plan.platform.facts)
+    if plan.endpoint is not None:
+        lines.append("TPU address: {}".format(plan.endpoint))
+    lines.append("XLA runtime: {}".format(plan.runtime))
+    lines.append("exported: {}".format(format_assignments(plan.env.exports)))
+    if plan.env.kept:
+        lines.append("kept as set by the user: {}".format(format_assignments(plan.env.kept)))
+    lines.extend("warning: {}".format(warning) for warning in plan.platform.warnings)
+    lines.append("trainer: {}".format(format_command(plan.command)))
+    return lines

@@ -1,0 +1,121 @@
+"""Shared fixtures: the emulated Cloud TPU API, a fake TPU sysfs, and launcher runners.
+
+The suite runs in three pytest sessions (see the Makefile): tests marked ``tensorflow``,
+tests marked ``xla``, and the rest, because TensorFlow and torch_xla abort when loaded into
+one process. Unmarked tests must import neither (subprocesses may).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+import fake_cloud_tpu
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+SHARED = REPO.parent / "shared"
+MNIST_SUBSET = SHARED / "data" / "mnist-subset"
+
+# The exact values legacy AI Platform passed in the article the design follows (seed 003).
+SEED_TPU_CONFIG = json.dumps({"project": fake_cloud_tpu.PROJECT, "zone": fake_cloud_tpu.ZONE,
+                              "tpu_node_name": fake_cloud_tpu.NODE})
+SEED_TF_CONFIG = (
+    '{"cluster":{"master":["127.0.0.1:2222"]},"environment":"cloud","task":{"type":"master",'
+    '"index":0},"job":"{\\n \\"scale_tier\\": \\"CUSTOM\\",\\n \\"master_type\\": '
+    '\\"n1-highcpu-16\\",\\n \\"worker_type\\": \\"cloud_tpu\\",\\n \\"worker_count\\": '
+    '\\"1\\",\\n \\"region\\": \\"us-central1\\",\\n \\"master_config\\": {\\n '
+    '\\"image_uri\\": \\"gcr.io/ml-3d-segmentation/mnist_pytorch_custom_container:'
+    'mnist_pytorch_tpu\\"\\n },\\n \\"worker_config\\": {\\n \\"accelerator_config\\": {\\n '
+    '\\"count\\": \\"8\\",\\n \\"type\\": \\"TPU_V3\\"\\n },\\n \\"tpu_tf_version\\": '
+    '\\"1.15\\"\\n }\\n}"}')
+
+# Variables of the developer's machine that would change what the launcher detects.
+_PLATFORM_VARIABLES = ("TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC", "TPU_NAME", "XRT_TPU_CONFIG",
+                       "TPU_IP_ADDRESS", "PJRT_DEVICE", "XRT_WORKERS", "XRT_DEVICE_MAP",
+                       "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES",
+                       "GOOGLE_APPLICATION_CREDENTIALS", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
+
+
+def clean_environ(**extra: str) -> Dict[str, str]:
+    """This process's environment without any platform variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _PLATFORM_VARIABLES and not k.startswith("LAUNCHER_")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def metadata_server():
+    """One GCE metadata server per session: oauth2client reads its address at import time."""
+    server = fake_cloud_tpu.FakeMetadataServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cloud(tmp_path, metadata_server):
+    """A running emulated Cloud TPU API + metadata server; ``cloud.environ`` points at them."""
+    servers = _Cloud(tmp_path, metadata_server)
+    yield servers
+    servers.stop()
+
+
+class _Cloud:
+    def __init__(self, tmp_path: Path, metadata: fake_cloud_tpu.FakeMetadataServer) -> None:
+        self.metadata = metadata
+        self.api = fake_cloud_tpu.FakeCloudTpuApi().start()
+        self.sdk_config = tmp_path / "gcloud"
+        self.sdk_config.mkdir()
+
+    @property
+    def environ(self) -> Dict[str, str]:
+        return fake_cloud_tpu.client_environ(self.api.discovery_url, self.metadata.host,
+                                             str(self.sdk_config))
+
+    def stop(self) -> None:
+        self.api.stop()
+
+
+def make_tpu_sysfs(root: Path, device_id: str = "0x005e", chips: int = 4) -> Path:
+    """A fake ``/sys/bus/pci/devices`` with ``chips`` Google TPU functions under ``root``."""
+    for index in range(chips):
+        device = root / "sys" / "bus" / "pci" / "devices" / "0000:00:{:02x}.0".format(4 + index)
+        device.mkdir(parents=True)
+        (device / "vendor").write_text("0x1ae0\n")
+        (device / "device").write_text(device_id + "\n")
+    return root
+
+
+@pytest.fixture
+def trainer_out(tmp_path) -> Path:
+    return tmp_path / "trainer.jsonl"
+
+
+def read_records(path: Path) -> List[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def launcher_command(*args: str, prefix: Optional[List[str]] = None) -> List[str]:
+    return list(prefix or []) + [sys.executable, "-m", "launcher"] + list(args)
+
+
+def run_launcher(*args: str, env: Dict[str, str], timeout: float = 120,
+                 prefix: Optional[List[str]] = None) -> subprocess.CompletedProcess:
+    """Run ``python -m launcher ARGS`` from the repository, capturing its output."""
+    return subprocess.run(launcher_command(*args, prefix=prefix), cwd=str(REPO), env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def fake_trainer_env(out: Path, **extra: str) -> Dict[str, str]:
+    """Environment that makes the launcher exec ``tests/fake_trainer.py`` writing to ``out``."""
+    return clean_environ(LAUNCHER_TRAINER="python {}".format(TESTS / "fake_trainer.py"),
+                         FAKE_TRAINER_OUT=str(out), **extra)

@@ -1,0 +1,23 @@
+"""launcher.report: redaction and shell quoting."""
+
+import shlex
+
+from launcher.report import REDACTED, format_assignments, redact_args, shell_exports
+
+
+def test_secret_looking_names_are_redacted():
+    text = format_assignments([("WANDB_API_KEY", "abc"), ("HF_TOKEN", "t"),
+                               ("DB_PASSWORD", "p"), ("PJRT_DEVICE", "CPU")])
+    assert "abc" not in text and "=t " not in text and "=p " not in text
+    assert "PJRT_DEVICE=CPU" in text and text.count(REDACTED) == 3
+
+
+def test_secret_args_are_redacted_in_both_spellings():
+    assert redact_args(["--api_key=s3cr3t", "--token", "s3cr3t", "--lr=0.1", "pos"]) == [
+        "--api_key=" + REDACTED, "--token", REDACTED, "--lr=0.1", "pos"]
+
+
+def test_exports_round_trip_through_a_shell():
+    lines = shell_exports([("XRT_TPU_CONFIG", "tpu_worker;0;10.0.0.2:8470"), ("A", "it's")])
+    assert shlex.split(lines[0]) == ["export", "XRT_TPU_CONFIG=tpu_worker;0;10.0.0.2:8470"]
+    assert shlex.split(lines[1]) == ["export", "A=it's"]

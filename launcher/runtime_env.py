@@ -50,9 +50,10 @@ def check_supported(platform: Platform, runtime: XlaRuntime) -> None:
     settings = dict(platform.user_settings)
     if runtime.name == PJRT and platform.kind == TPU_NODE:
         raise ConfigError(
-            "this job has a TPU node ({}) but torch_xla {} uses the PJRT runtime, which cannot "
-            "drive a remote TPU node".format(platform.tpu_node.name if platform.tpu_node else "?",
-                                             runtime.torch_xla_version or ""),
+            "{} names TPU node {!r}, but torch_xla {} uses the PJRT runtime, which cannot drive "
+            "a remote TPU node".format(platform.description,
+                                       platform.tpu_node.name if platform.tpu_node else "?",
+                                       runtime.torch_xla_version or ""),
             "build the image with the XRT-era base {} (make build RUNTIME=xrt), or run on a "
             "TPU VM (Vertex AI)".format(XRT_IMAGE))
     if (runtime.name == PJRT and platform.kind == EXPLICIT and "PJRT_DEVICE" not in settings):

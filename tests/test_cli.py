@@ -1,0 +1,139 @@
+"""launcher.cli: argument splitting, options from the environment, and main()'s contract
+(one error line plus a HINT, documented exit codes, never a traceback)."""
+
+import json
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
+from launcher.cli import main, parse_command_line, split_argv
+from launcher.errors import EX_CANNOT_EXECUTE, EX_CONFIG, EX_NOT_FOUND, EX_USAGE
+
+
+class RecordingExec:
+    """Stands in for os.execvpe, which would replace the test process."""
+
+    def __init__(self, error=None):
+        self.calls, self.error = [], error
+
+    def __call__(self, file, args, env):
+        if self.error:
+            raise self.error
+        self.calls.append((file, list(args), dict(env)))
+
+
+def run_main(argv, environ, execvpe=None):
+    return main(argv, environ, execvpe or RecordingExec())
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], ([], [], [])),
+    (["--job-dir=gs://b/j", "--lr=0.1"], ([], ["--job-dir=gs://b/j", "--lr=0.1"], [])),
+    (["--dry-run", "--xla-runtime", "xrt", "--lr=0.1", "--dry-run"],
+     (["--dry-run", "--xla-runtime", "xrt"], ["--lr=0.1", "--dry-run"], [])),
+    (["--dry-run", "--", "python", "t.py", "--x"], (["--dry-run"], [], ["python", "t.py", "--x"])),
+    (["--", "--lr=0.1", "--", "a"], ([], ["--lr=0.1", "--", "a"], [])),
+    (["pos", "--", "x"], ([], ["pos", "--", "x"], [])),
+])
+def test_split_argv(argv, expected):
+    assert split_argv(argv) == expected
+
+
+def test_options_come_from_the_environment_and_the_command_line_wins():
+    options = parse_command_line(["--tpu-wait-timeout=30"], {
+        "LAUNCHER_TPU_WAIT_TIMEOUT": "99", "LAUNCHER_TPU_LOST_GRACE": "5",
+        "LAUNCHER_TRAINER": "python -m trainer.imagenet", "LAUNCHER_XLA_RUNTIME": "XRT"})
+    assert options.wait.deadline_s == 30 and options.wait.lost_grace_s == 5
+    assert options.trainer == "python -m trainer.imagenet" and options.xla_runtime == "xrt"
+
+
+@pytest.mark.parametrize("argv, environ, name", [
+    (["--tpu-wait-timeout=soon"], {}, "--tpu-wait-timeout"),
+    ([], {"LAUNCHER_TPU_WAIT_TIMEOUT": "-1"}, "LAUNCHER_TPU_WAIT_TIMEOUT"),
+    ([], {"LAUNCHER_XLA_RUNTIME": "cuda"}, "LAUNCHER_XLA_RUNTIME"),
+    (["--xla-runtime"], {}, "--xla-runtime"),
+])
+def test_bad_options_are_usage_errors(argv, environ, name, capsys):
+    assert run_main(argv, environ) == EX_USAGE
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and name in lines[0] and lines[1].startswith("launcher: HINT: ")
+
+
+def test_local_run_execs_the_default_trainer_with_every_argument_in_order(capsys):
+    execvpe = RecordingExec()
+    args = ["--job-dir=gs://bucket/job", "--lr=0.1", "--", "--weird", "x y"]
+    assert run_main(args, {"HOME": "/root"}, execvpe) == 0
+    file, argv, env = execvpe.calls[0]
+    assert file == sys.executable and argv == [sys.executable, "-m", "trainer.mnist"] + args
+    assert env["PJRT_DEVICE"] == "CPU" and env["HOME"] == "/root"
+    err = capsys.readouterr().err
+    assert "platform: no training platform found" in err and "exported: PJRT_DEVICE=CPU" in err
+
+
+def test_explicit_command_after_double_dash():
+    execvpe = RecordingExec()
+    run_main(["--", "/bin/true", "--flag"], {}, execvpe)
+    assert execvpe.calls[0][1] == ["/bin/true", "--flag"]
+
+
+def test_dry_run_prints_exports_and_the_command_and_does_not_exec(capsys):
+    execvpe = RecordingExec()
+    assert run_main(["--dry-run", "--xla-runtime=xrt", "--lr=0.1"], {}, execvpe) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert execvpe.calls == []
+    assert out[0].startswith("export XRT_DEVICE_MAP=") and out[-1].endswith("--lr=0.1")
+    assert out[-1].startswith("# trainer: ")
+
+
+@pytest.mark.parametrize("error, code", [(FileNotFoundError(), EX_NOT_FOUND),
+                                         (PermissionError(13, "Permission denied"),
+                                          EX_CANNOT_EXECUTE)])
+def test_exec_failures_have_their_own_codes(error, code, capsys):
+    assert run_main([], {}, RecordingExec(error)) == code
+    assert "HINT:" in capsys.readouterr().err
+
+
+def test_pjrt_with_a_tpu_node_fails_before_any_waiting(capsys):
+    environ = {"TPU_CONFIG": SEED_TPU_CONFIG, "TF_CONFIG": SEED_TF_CONFIG}
+    assert run_main([], environ) == EX_CONFIG
+    err = capsys.readouterr().err
+    assert "PJRT" in err and "gcr.io/tpu-pytorch/xla:r1.12_3.7" in err
+    assert "tensorflow" not in sys.modules  # failed before the resolver was even imported
+
+
+def test_secrets_never_reach_the_output(capsys):
+    environ = {"WANDB_API_KEY": "s3cr3t-env", "PJRT_DEVICE": "CPU",
+               "AWS_SECRET_ACCESS_KEY": "s3cr3t-aws"}
+    run_main(["--dry-run", "--api_token=s3cr3t-arg", "--password", "s3cr3t-next"], environ)
+    captured = capsys.readouterr()
+    assert "s3cr3t" not in captured.out + captured.err
+
+
+_env_values = st.one_of(st.text(max_size=30), st.sampled_from(
+    [SEED_TPU_CONFIG, SEED_TF_CONFIG, "{}", "null", '{"job": "x"}', '{"task": {"index": "1"}}']))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    name: _env_values for name in ("TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC", "PJRT_DEVICE",
+                                   "XRT_TPU_CONFIG", "TPU_IP_ADDRESS")}))
+def test_fuzz_main_never_tracebacks(environ):
+    """Whatever the platform passes, main() answers 0 or the config code with clean lines."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = main(["--dry-run", "--xla-runtime=pjrt", "--host-root=/nonexistent"], environ)
+    lines = err.getvalue().splitlines()
+    assert code in (0, EX_CONFIG), lines
+    assert all(line.startswith("launcher: ") for line in lines)
+    if code == EX_CONFIG:
+        assert len(lines) == 2 and lines[1].startswith("launcher: HINT: ")
+        named = [name for name in environ if name in lines[0]]
+        assert named, lines[0]
+    assert "Traceback" not in err.getvalue()
+    json.dumps(environ)

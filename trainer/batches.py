@@ -1,0 +1,114 @@
+"""Host-side batch sources with fixed shapes, for any trainer.
+
+A ``DataSource`` gives, per epoch, the training batches in a deterministic order (seed +
+epoch), optionally starting part-way (resume), and the evaluation batches. The last ragged
+training batch is dropped and the last evaluation batch padded, so every step has the same
+shapes and the compiled graphs stay the same after the first epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple
+
+import torch
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+# Label of padding examples in evaluation batches: never predicted, never counted.
+IGNORE_LABEL = -1
+
+
+def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
+    """The shuffled order of ``size`` examples in ``epoch``: the same for the same seed, so a
+    resumed run sees the batches it would have seen."""
+    generator = torch.Generator()
+    generator.manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(size, generator=generator)
+
+
+class DataSource:
+    """What the training loop needs from a data set."""
+
+    batch_size: int
+    steps_per_epoch: int
+    eval_steps: int
+
+    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        raise NotImplementedError
+
+    def eval_batches(self) -> Iterator[Batch]:
+        raise NotImplementedError
+
+
+@dataclass
+class TensorSource(DataSource):
+    """A data set held in memory as tensors (MNIST): slicing beats a DataLoader's per-sample
+    collation by far. ``augment`` is applied to each training batch on the host."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    eval_x: torch.Tensor
+    eval_y: torch.Tensor
+    batch_size: int
+    seed: int = 1
+    augment: Optional[object] = None
+    eval_batch_size: int = 0
+
+    def __post_init__(self) -> None:
+        self.eval_batch_size = self.eval_batch_size or self.batch_size
+        self.steps_per_epoch = len(self.train_x) // self.batch_size
+        self.eval_steps = -(-len(self.eval_x) // self.eval_batch_size)
+
+    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        order = epoch_order(len(self.train_x), self.seed, epoch)
+        generator = torch.Generator()
+        generator.manual_seed(self.seed * 7919 + epoch)
+        for step in range(self.steps_per_epoch):
+            index = order[step * self.batch_size:(step + 1) * self.batch_size]
+            if step < start_step:
+                continue
+            x = self.train_x[index]
+            if self.augment is not None:
+                x = self.augment(x, generator)
+            yield x, self.train_y[index]
+
+    def eval_batches(self) -> Iterator[Batch]:
+        """Every evaluation example once; the last batch is padded to full size with label
+        ``IGNORE_LABEL`` (not counted), so the shape never changes."""
+        size = self.eval_batch_size
+        for step in range(self.eval_steps):
+            x = self.eval_x[step * size:(step + 1) * size]
+            y = self.eval_y[step * size:(step + 1) * size]
+            missing = size - len(x)
+            if missing:
+                x = torch.cat([x, x.new_zeros((missing,) + tuple(x.shape[1:]))])
+                y = torch.cat([y, y.new_full((missing,), IGNORE_LABEL)])
+            yield x, y
+
+
+@dataclass
+class FakeSource(DataSource):
+    """One fixed random batch served ``steps_per_epoch`` times: measures the device, not the
+    input pipeline (like the reference scripts' ``--fake_data``)."""
+
+    shape: Tuple[int, ...]
+    num_classes: int
+    batch_size: int
+    steps_per_epoch: int
+    eval_steps: int
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        generator = torch.Generator()
+        generator.manual_seed(self.seed)
+        self._batch = (torch.randn((self.batch_size,) + tuple(self.shape), generator=generator),
+                       torch.randint(0, self.num_classes, (self.batch_size,),
+                                     generator=generator))
+
+    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        for _ in range(start_step, self.steps_per_epoch):
+            yield self._batch
+
+    def eval_batches(self) -> Iterator[Batch]:
+        for _ in range(self.eval_steps):
+            yield self._batch

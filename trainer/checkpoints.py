@@ -1,0 +1,78 @@
+"""``CheckpointStore``: numbered checkpoints in a job-dir folder, written atomically, the newest
+K kept, and the newest *valid* one loaded at start (a truncated or corrupt file is skipped with
+a warning, and the one before it used)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from trainer.storage import Directory, LocalDirectory
+
+_NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
+log = logging.getLogger("trainer.checkpoints")
+
+
+def checkpoint_name(step: int) -> str:
+    return "ckpt-{:09d}.pt".format(step)
+
+
+class CheckpointStore:
+    """Checkpoints ``ckpt-<step>.pt`` in ``directory``; ``keep`` newest are retained."""
+
+    def __init__(self, directory: Directory, keep: int = 3) -> None:
+        self.directory = directory
+        self.keep = max(1, keep)
+        if isinstance(directory, LocalDirectory):
+            directory.remove_stale_temporaries()
+
+    def steps(self):
+        """Steps with a checkpoint, oldest first."""
+        found = (_NAME.match(name) for name in self.directory.list())
+        return sorted(int(match.group(1)) for match in found if match)
+
+    def save(self, step: int, state: Dict[str, Any]) -> str:
+        """Write ``state`` (tensors already on the CPU) as the checkpoint of ``step``."""
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        name = checkpoint_name(step)
+        self.directory.write_bytes(name, buffer.getvalue())
+        for old in self.steps()[:-self.keep]:
+            self.directory.delete(checkpoint_name(old))
+        return self.directory.join(name)
+
+    def load_latest(self) -> Optional[Tuple[int, Dict[str, Any]]]:
+        """The newest checkpoint that loads, as (step, state), or None when there is none."""
+        for step in reversed(self.steps()):
+            name = checkpoint_name(step)
+            try:
+                state = _load(self.directory.read_bytes(name))
+                if not isinstance(state, dict) or "step" not in state:
+                    raise ValueError("not a trainer checkpoint")
+                return step, state
+            except Exception as error:  # any unreadable file: fall back to the previous one
+                log.warning("skipping unreadable checkpoint %s (%s: %s)",
+                            self.directory.join(name), type(error).__name__, error)
+        return None
+
+
+def _load(data: bytes) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    except TypeError:  # torch 1.12 has no weights_only
+        return torch.load(io.BytesIO(data), map_location="cpu")
+
+
+def to_cpu(value: Any) -> Any:
+    """A copy of nested state (dicts, lists, tuples of tensors) with every tensor on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: to_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(item) for item in value)
+    return value

@@ -1,0 +1,54 @@
+"""The trainers' shared ``main`` plumbing: logging, absl flag parsing (``--job-dir`` spelling
+accepted), and the one place that turns errors into a one-line message and an exit code.
+
+Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 74 job dir not readable/writable;
+143 stopped by SIGTERM after writing a checkpoint (the platform restarts and it resumes).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Callable, List, Optional
+
+from absl import flags
+
+from trainer.config import FLAGS, normalize_argv
+from trainer.errors import EX_USAGE, TrainerError
+
+
+def run_main(define_flags: Callable[[], None], main: Callable[[List[str]], None],
+             argv: Optional[List[str]] = None) -> int:
+    """Define and parse flags, run ``main``, map errors to exit codes."""
+    _configure_logging()
+    define_flags()
+    try:
+        remaining = FLAGS(normalize_argv(list(sys.argv if argv is None else argv)))
+    except flags.Error as error:
+        return _report(TrainerError(str(error).splitlines()[0] if str(error) else repr(error),
+                                    "see --helpfull for the flags", EX_USAGE))
+    try:
+        main(remaining)
+    except TrainerError as error:
+        return _report(error)
+    return 0
+
+
+def _configure_logging() -> None:
+    """Progress lines to stdout. Configured on the "trainer" logger itself, because torch_xla
+    may have configured the root logger already (and basicConfig(force=) needs 3.8)."""
+    logger = logging.getLogger("trainer")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def _report(error: TrainerError) -> int:
+    sys.stdout.flush()
+    print("{}: {}".format(type(error).__name__, error.message), file=sys.stderr)
+    if error.hint:
+        print("HINT: {}".format(error.hint), file=sys.stderr)
+    return error.exit_code

@@ -1,0 +1,125 @@
+"""Flags shared by the trainers (absl, named like pytorch/xla's reference scripts) and the
+frozen ``TrainConfig`` they become. ``run()`` takes a ``TrainConfig``, never global flags, so
+tests build one directly."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from absl import flags
+
+from trainer.errors import TrainerError
+
+FLAGS = flags.FLAGS
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs. Defaults here are MNIST's; each trainer sets its own flags."""
+
+    batch_size: int = 64
+    num_epochs: int = 5
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 0.0
+    label_smoothing: float = 0.0
+    log_steps: int = 20
+    num_workers: int = 4
+    num_steps: int = 0
+    data_dir: Optional[str] = None
+    fake_data: bool = False
+    seed: int = 1
+    job_dir: Optional[str] = None
+    checkpoint_steps: int = 0
+    keep_checkpoints: int = 3
+    hypertune_metric: str = "accuracy"
+    model: str = "resnet50"
+    image_size: int = 224
+    eval_batch_size: int = 0
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "num_epochs", "keep_checkpoints", "image_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise TrainerError("--{} must be positive, got {}".format(
+                    name, getattr(self, name)), "e.g. --{}={}".format(
+                    name, getattr(TrainConfig, name)))
+        non_negative = ("lr", "momentum", "weight_decay", "warmup_epochs", "log_steps",
+                        "num_workers", "num_steps", "checkpoint_steps", "eval_batch_size")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise TrainerError("--{} must not be negative, got {}".format(
+                    name, getattr(self, name)), "use 0 or a positive value")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise TrainerError("--label_smoothing must be in [0, 1), got {}".format(
+                self.label_smoothing), "e.g. --label_smoothing=0.1")
+        if not self.fake_data and not self.data_dir:
+            raise TrainerError("no input data: --data_dir is not set",
+                               "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
+
+
+def define_common_flags(exclude: Tuple[str, ...] = (), **defaults: Any) -> None:
+    """Define the shared flags, except ``exclude``; ``defaults`` override ``TrainConfig``'s."""
+    values = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    values.update(defaults)
+    helps = {
+        "batch_size": "examples per training step",
+        "num_epochs": "passes over the training data",
+        "lr": "peak learning rate (SGD)",
+        "momentum": "SGD momentum",
+        "weight_decay": "L2 weight decay",
+        "warmup_epochs": "linear learning-rate warmup, in epochs (then cosine decay)",
+        "label_smoothing": "label smoothing of the cross-entropy loss",
+        "log_steps": "log a progress line every N steps (0: only per epoch)",
+        "num_workers": "host worker processes reading data (folder data sets)",
+        "num_steps": "stop each epoch after N steps (0: the whole epoch); for smoke runs",
+        "data_dir": "folder or gs://bucket/prefix with the data set",
+        "fake_data": "train on a fixed random batch (smoke runs, benchmarks)",
+        "seed": "random seed (model init, data order)",
+        "job_dir": "folder or gs:// URI for checkpoints, metrics, TensorBoard, model; "
+                   "default: Vertex AI's AIP_* directories",
+        "checkpoint_steps": "also checkpoint every N steps (0: at the end of each epoch only)",
+        "keep_checkpoints": "how many newest checkpoints to keep",
+        "hypertune_metric": "metric tag reported to hyperparameter tuning",
+        "model": "torchvision model name",
+        "image_size": "training image size in pixels",
+        "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
+    }
+    for name, help_text in helps.items():
+        if name in exclude:
+            continue
+        value = values[name]
+        text = "{} (default: {})".format(help_text, value)
+        if isinstance(value, bool):
+            flags.DEFINE_bool(name, value, text)
+        elif isinstance(value, int):
+            flags.DEFINE_integer(name, value, text)
+        elif isinstance(value, float):
+            flags.DEFINE_float(name, value, text)
+        else:
+            flags.DEFINE_string(name, value, text)
+
+
+def config_from_flags(flag_values: Any = FLAGS) -> TrainConfig:
+    """Build the config from parsed absl flags (unknown config fields keep their default)."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{name: getattr(flag_values, name) for name in fields
+                          if name in flag_values})
+
+
+def normalize_argv(argv: List[str], known: Optional[Dict[str, Any]] = None) -> List[str]:
+    """Accept ``--name-with-dashes`` for ``--name_with_dashes`` (the platform passes
+    ``--job-dir``), leaving everything else as it is."""
+    known = known if known is not None else FLAGS
+    result = [argv[0]] if argv else []
+    for arg in argv[1:]:
+        if arg.startswith("--") and "-" in arg[2:].split("=", 1)[0]:
+            name, sep, value = arg[2:].partition("=")
+            candidate = name.replace("-", "_")
+            if candidate in known:
+                arg = "--" + candidate + sep + value
+        result.append(arg)
+    return result

@@ -1,0 +1,108 @@
+"""The step loop, following torch_xla's performance rules:
+
+- batches arrive through ``xla.device_loader`` (host-to-device copies overlap compute, and the
+  loader cuts the graph once per step: one sync per step);
+- nothing reads a device value inside the loop: logging goes through step closures, and
+  running sums stay on the device;
+- every step traces the same graph: fixed batch shapes, accumulators created as device data
+  (not lazy constants), gradients set to None.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import torch
+
+from trainer import xla
+
+
+@dataclass
+class LoopState:
+    """Counters that survive a resume. ``loss_total`` is on the device between logs."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    loss_total: Optional[torch.Tensor] = None
+    timings: List[float] = field(default_factory=list)  # host time at each step's dispatch
+
+
+def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A 0 that is device *data*, so adding to it traces the same graph every step. Shape
+    (1,), not (): torch_xla turns 0-dim host tensors into graph constants, which would make
+    the first step's graph differ from the rest."""
+    return torch.zeros(1, dtype=dtype).to(dev)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               scheduler: Optional[object], loss_fn: Callable, x: torch.Tensor,
+               y: torch.Tensor, loss_total: torch.Tensor) -> torch.Tensor:
+    """One optimisation step, traced lazily; returns the new running loss total."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss_total + loss.detach()
+
+
+def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                scheduler: Optional[object], loss_fn: Callable, batches: Iterable,
+                state: LoopState, log_steps: int, on_log: Callable[[int, torch.Tensor], None],
+                should_stop: Callable[[], bool],
+                on_step: Optional[Callable[[LoopState], None]] = None) -> bool:
+    """Train over ``batches``; returns True when ``should_stop()`` ended the epoch early.
+
+    ``on_log(step, loss_total)`` runs as a step closure every ``log_steps`` steps;
+    ``on_step(state)`` runs on the host after each step is dispatched (checkpoint cadence).
+    """
+    model.train()
+    dev = next(model.parameters()).device
+    if state.loss_total is None:
+        state.loss_total = device_zero(dev)
+    for x, y in batches:
+        state.loss_total = train_step(model, optimizer, scheduler, loss_fn, x, y,
+                                      state.loss_total)
+        state.step_in_epoch += 1
+        state.global_step += 1
+        state.timings.append(time.perf_counter())
+        if log_steps and state.global_step % log_steps == 0:
+            xla.add_step_closure(on_log, (state.global_step, state.loss_total))
+        if on_step is not None:
+            on_step(state)
+        if should_stop():
+            xla.sync()
+            return True
+    xla.sync()
+    return False
+
+
+def evaluate(model: torch.nn.Module, batches: Iterable, topk: Sequence[int] = (1,)
+             ) -> Dict[str, float]:
+    """Top-k accuracy over ``batches``; counts stay on the device until the end."""
+    model.eval()
+    dev = next(model.parameters()).device
+    correct = [device_zero(dev, torch.int64) for _ in topk]
+    seen = device_zero(dev, torch.int64)
+    with torch.no_grad():
+        for x, y in batches:
+            predictions = model(x).topk(max(topk), dim=1).indices
+            hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
+            correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(correct, topk)]
+            seen = seen + (y >= 0).sum()
+    xla.sync()
+    count = int(seen.item())
+    return {"top{}".format(k): (float(total.item()) / count if count else 0.0)
+            for total, k in zip(correct, topk)}
+
+
+def steady_examples_per_second(timings: Sequence[float], batch_size: int, skip: int) -> float:
+    """Examples/s over the steps after the first ``skip`` (which include compilation)."""
+    if len(timings) <= skip + 1:
+        return 0.0
+    elapsed = timings[-1] - timings[skip]
+    return (len(timings) - 1 - skip) * batch_size / elapsed if elapsed > 0 else 0.0

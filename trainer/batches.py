@@ -26,6 +26,15 @@ def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(size, generator=generator)
 
 
+def pad_batch(x: torch.Tensor, y: torch.Tensor, size: int) -> Batch:
+    """Pad a short evaluation batch to ``size`` with zero images labelled IGNORE_LABEL."""
+    missing = size - len(x)
+    if missing <= 0:
+        return x, y
+    return (torch.cat([x, x.new_zeros((missing,) + tuple(x.shape[1:]))]),
+            torch.cat([y, y.new_full((missing,), IGNORE_LABEL)]))
+
+
 class DataSource:
     """What the training loop needs from a data set."""
 
@@ -77,13 +86,8 @@ class TensorSource(DataSource):
         ``IGNORE_LABEL`` (not counted), so the shape never changes."""
         size = self.eval_batch_size
         for step in range(self.eval_steps):
-            x = self.eval_x[step * size:(step + 1) * size]
-            y = self.eval_y[step * size:(step + 1) * size]
-            missing = size - len(x)
-            if missing:
-                x = torch.cat([x, x.new_zeros((missing,) + tuple(x.shape[1:]))])
-                y = torch.cat([y, y.new_full((missing,), IGNORE_LABEL)])
-            yield x, y
+            yield pad_batch(self.eval_x[step * size:(step + 1) * size],
+                            self.eval_y[step * size:(step + 1) * size], size)
 
 
 @dataclass

@@ -75,7 +75,7 @@ def define_common_flags(exclude: Tuple[str, ...] = (), **defaults: Any) -> None:
         "label_smoothing": "label smoothing of the cross-entropy loss",
         "log_steps": "log a progress line every N steps (0: only per epoch)",
         "num_workers": "host worker processes reading data (folder data sets)",
-        "num_steps": "stop each epoch after N steps (0: the whole epoch); for smoke runs",
+        "num_steps": "stop each epoch, and each evaluation, after N steps (0: all); for smoke runs",
         "data_dir": "folder or gs://bucket/prefix with the data set",
         "fake_data": "train on a fixed random batch (smoke runs, benchmarks)",
         "seed": "random seed (model init, data order)",

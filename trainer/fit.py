@@ -108,8 +108,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
                     raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
                         state.global_step, path or "not written (no job dir)"),
                         "the platform restarts the job, which resumes from the checkpoint")
-                accuracy = evaluate(model, xla.device_loader(data.eval_batches(), dev),
-                                    spec.topk)
+                eval_batches = _limited(data.eval_batches(),
+                                        config.num_steps or data.eval_steps)
+                accuracy = evaluate(model, xla.device_loader(eval_batches, dev), spec.topk)
                 executions_per_epoch.append(xla.execute_count() - executions_before)
                 compiles_after_epoch.append(xla.compile_count())
                 state.epoch += 1

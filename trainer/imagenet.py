@@ -1,0 +1,74 @@
+"""ImageNet on one XLA device: ``python -m trainer.imagenet [--flags]``.
+
+A torchvision ResNet-family model (``--model``, default resnet50) trained with SGD + momentum +
+weight decay, a linear warmup then cosine decay, label smoothing, and top-1/top-5 evaluation.
+Data: ``--fake_data`` or a local ``train/`` ``val/`` class-folder tree (``--data_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from trainer.batches import DataSource, FakeSource
+from trainer.cli import run_main
+from trainer.config import FLAGS, TrainConfig, config_from_flags, define_common_flags
+from trainer.errors import TrainerError
+from trainer.fit import TrainSpec, fit
+from trainer.outputs import OutputPaths
+
+MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
+          "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2")
+NUM_CLASSES = 1000
+# Fake data: the size of ImageNet-1k, so steps per epoch match a real run.
+FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 1281167, 50000
+
+
+def define_flags() -> None:
+    define_common_flags(batch_size=128, num_epochs=90, lr=0.5, momentum=0.9, weight_decay=1e-4,
+                        warmup_epochs=5.0, label_smoothing=0.1, log_steps=100, num_workers=8,
+                        model="resnet50", image_size=224)
+
+
+def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:
+    import torchvision
+
+    if config.model not in MODELS:
+        raise TrainerError("--model={} is not a supported model".format(config.model),
+                           "use one of: {}".format(", ".join(MODELS)))
+    return getattr(torchvision.models, config.model)(num_classes=num_classes)
+
+
+def build_data(config: TrainConfig) -> DataSource:
+    if config.fake_data:
+        eval_batch = config.eval_batch_size or config.batch_size
+        return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES,
+                          config.batch_size, FAKE_TRAIN_EXAMPLES // config.batch_size,
+                          FAKE_EVAL_EXAMPLES // eval_batch, seed=config.seed)
+    from trainer.imagenet_data import ImageFolderSource
+
+    return ImageFolderSource(config.data_dir, config.image_size, config.batch_size,
+                             config.num_workers, config.seed, config.eval_batch_size)
+
+
+def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
+        paths: Optional[OutputPaths] = None) -> Dict[str, Any]:
+    """Train and evaluate; returns the summary dict (see ``trainer.fit``)."""
+    torch.manual_seed(config.seed)
+    data = data_override or build_data(config)
+    model = build_model(config, getattr(data, "num_classes", NUM_CLASSES))
+    loss = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+    spec = TrainSpec("imagenet-" + config.model, model, data, loss, topk=(1, 5))
+    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, os.environ))
+
+
+def main(argv: List[str]) -> None:
+    del argv
+    run(config_from_flags(FLAGS))
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(define_flags, main))

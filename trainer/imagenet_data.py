@@ -1,0 +1,79 @@
+"""ImageNet-style data from a local folder: ``DIR/train/<class>/*.JPEG`` and
+``DIR/val/<class>/*.JPEG`` (torchvision ``ImageFolder``). On Vertex AI a bucket mounted with
+Cloud Storage FUSE is a local path (``/gcs/BUCKET/...``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, List
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from trainer.batches import Batch, DataSource, epoch_order, pad_batch
+from trainer.errors import DataError
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+class _EpochSampler(Sampler):
+    """The epoch's deterministic order, starting at a given example (resume)."""
+
+    def __init__(self, size: int, seed: int, epoch: int, start: int) -> None:
+        self.order: List[int] = epoch_order(size, seed, epoch)[start:].tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+class ImageFolderSource(DataSource):
+    """Random-resized-crop + flip for training, resize + centre crop for evaluation."""
+
+    def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
+                 seed: int, eval_batch_size: int = 0) -> None:
+        from torchvision import datasets, transforms
+
+        if data_dir.startswith("gs://"):
+            raise DataError("ImageNet --data_dir must be a local folder, got {}".format(data_dir),
+                            "on Vertex AI use the Cloud Storage FUSE path /gcs/BUCKET/...")
+        normalize = transforms.Normalize(MEAN, STD)
+        self.train = _image_folder(datasets, os.path.join(data_dir, "train"), transforms.Compose([
+            transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(), normalize]))
+        self.val = _image_folder(datasets, os.path.join(data_dir, "val"), transforms.Compose([
+            transforms.Resize(int(image_size * 256 / 224)), transforms.CenterCrop(image_size),
+            transforms.ToTensor(), normalize]))
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_classes = len(self.train.classes)
+        self.steps_per_epoch = len(self.train) // batch_size
+        self.eval_steps = -(-len(self.val) // self.eval_batch_size)
+        if self.steps_per_epoch == 0:
+            raise DataError("{} has {} images, fewer than one batch of {}".format(
+                os.path.join(data_dir, "train"), len(self.train), batch_size),
+                "lower --batch_size or add images")
+
+    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        sampler = _EpochSampler(len(self.train), self.seed, epoch, start_step * self.batch_size)
+        return iter(DataLoader(self.train, self.batch_size, sampler=sampler, drop_last=True,
+                               num_workers=self.num_workers))
+
+    def eval_batches(self) -> Iterator[Batch]:
+        loader = DataLoader(self.val, self.eval_batch_size, shuffle=False,
+                            num_workers=self.num_workers)
+        return (pad_batch(x, y, self.eval_batch_size) for x, y in loader)
+
+
+def _image_folder(datasets, path: str, transform):
+    if not os.path.isdir(path):
+        raise DataError("ImageNet folder {} not found".format(path),
+                        "--data_dir must contain train/ and val/ with one folder per class; "
+                        "or use --fake_data")
+    try:
+        return datasets.ImageFolder(path, transform=transform)
+    except (FileNotFoundError, RuntimeError) as error:
+        raise DataError("cannot read {}: {}".format(path, error),
+                        "each class needs a folder with .jpg/.png images")

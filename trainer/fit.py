@@ -64,6 +64,7 @@ def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch
 def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, Any]:
     """Train ``spec`` as ``config`` says; returns the summary (also written to the job dir)."""
     started = time.time()
+    compiles_before = xla.compile_count()  # the count is per process: report this run's
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     dev = xla.device()
@@ -112,7 +113,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
                                         config.num_steps or data.eval_steps)
                 accuracy = evaluate(model, xla.device_loader(eval_batches, dev), spec.topk)
                 executions_per_epoch.append(xla.execute_count() - executions_before)
-                compiles_after_epoch.append(xla.compile_count())
+                compiles_after_epoch.append(xla.compile_count() - compiles_before)
                 state.epoch += 1
                 state.step_in_epoch = 0
                 _log_epoch(state, accuracy, outputs)
@@ -132,7 +133,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
             state.timings, data.batch_size, COMPILE_STEPS),
         "examples_per_second_with_compilation": (
             len(state.timings) * data.batch_size / train_time if train_time > 0 else 0.0),
-        "compile_count": xla.compile_count(),
+        "compile_count": xla.compile_count() - compiles_before,
         "compiles_after_each_epoch": compiles_after_epoch,
         "executions_per_epoch": executions_per_epoch,
         "wall_time_seconds": time.time() - started,

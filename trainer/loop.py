@@ -83,14 +83,16 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 def evaluate(model: torch.nn.Module, batches: Iterable, topk: Sequence[int] = (1,)
              ) -> Dict[str, float]:
-    """Top-k accuracy over ``batches``; counts stay on the device until the end."""
+    """Top-k accuracy over ``batches``; counts stay on the device until the end. With fewer
+    than k classes, top-k counts every prediction as a hit."""
     model.eval()
     dev = next(model.parameters()).device
     correct = [device_zero(dev, torch.int64) for _ in topk]
     seen = device_zero(dev, torch.int64)
     with torch.no_grad():
         for x, y in batches:
-            predictions = model(x).topk(max(topk), dim=1).indices
+            scores = model(x)
+            predictions = scores.topk(min(max(topk), scores.shape[1]), dim=1).indices
             hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
             correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(correct, topk)]
             seen = seen + (y >= 0).sum()

@@ -1,0 +1,77 @@
+"""trainer.mnist on the real XLA CPU device: smoke run, outputs, compile count, accuracy on
+real digits, gs:// job dir and data through fake-gcs-server, hypertune."""
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist  # noqa: E402
+from trainer import mnist  # noqa: E402
+from trainer.config import TrainConfig  # noqa: E402
+from trainer.outputs import OutputPaths  # noqa: E402
+
+pytestmark = pytest.mark.xla
+
+
+def smoke_config(**overrides):
+    values = dict(fake_data=True, num_epochs=1, num_steps=6, log_steps=2, batch_size=32)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
+    metric_file = tmp_path / "hypertune" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(metric_file))
+    job = tmp_path / "job"
+    summary = mnist.run(smoke_config(hypertune_metric="mnist_accuracy"),
+                        paths=OutputPaths.resolve(str(job), {}))
+    assert summary["global_step"] == 6 and summary["device"] == "CPU"
+    lines = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["kind"], line["step"]) for line in lines] == [
+        ("train", 2), ("train", 4), ("train", 6), ("eval", 6)]
+    assert json.loads((job / "summary.json").read_text())["global_step"] == 6
+    assert (job / "model.pt").stat().st_size > 0
+    assert [p.name for p in (job / "checkpoints").iterdir()] == ["ckpt-000000006.pt"]
+    assert list((job / "tensorboard").glob("events.out.tfevents.*"))
+    reported = json.loads(metric_file.read_text().splitlines()[-1])
+    assert float(reported["mnist_accuracy"]) == pytest.approx(summary["final_accuracy"])
+
+
+def test_no_new_graphs_after_the_first_epoch(tmp_path):
+    # A batch size no other test uses, so this run compiles its own graphs.
+    summary = mnist.run(smoke_config(num_epochs=3, num_steps=5, log_steps=3, batch_size=24),
+                        paths=OutputPaths.resolve(str(tmp_path), {}))
+    first, *later = summary["compiles_after_each_epoch"]
+    assert first > 0 and later == [first] * len(later)
+    assert summary["compile_count"] <= 4  # train + eval, including first-step variants
+
+
+@needs_mnist
+def test_two_epochs_on_real_digits_reach_a_sane_accuracy():
+    summary = mnist.run(TrainConfig(data_dir=str(MNIST_SUBSET), num_epochs=2, log_steps=0),
+                        paths=OutputPaths())
+    assert summary["final_accuracy"] >= 0.97
+
+
+@needs_mnist
+def test_gcs_job_dir_and_data(gcs, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # a fresh download cache
+    data_uri = copy_mnist_to_bucket(gcs)
+    job_uri = "gs://{}/jobs/run-1".format(gcs.name)
+
+    from trainer import mnist_data
+    monkeypatch.setattr(mnist_data, "DEFAULT_CACHE", str(tmp_path / "cache"))
+    summary = mnist.run(TrainConfig(data_dir=data_uri, num_epochs=1, num_steps=10,
+                                    log_steps=5, job_dir=job_uri),
+                        paths=OutputPaths.resolve(job_uri, {}))
+    names = sorted(blob.name for blob in gcs.list_blobs(prefix="jobs/run-1/"))
+    assert "jobs/run-1/checkpoints/ckpt-000000010.pt" in names
+    for name in ("metrics.jsonl", "summary.json", "model.pt"):
+        assert "jobs/run-1/" + name in names
+    assert any(name.startswith("jobs/run-1/tensorboard/events.out.tfevents") for name in names)
+    uploaded = json.loads(gcs.blob("jobs/run-1/summary.json").download_as_bytes())
+    assert uploaded["global_step"] == summary["global_step"] == 10
+    assert len(gcs.blob("jobs/run-1/metrics.jsonl").download_as_bytes().splitlines()) == 3

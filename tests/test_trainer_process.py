@@ -1,0 +1,123 @@
+"""The trainers as processes, as the launcher execs them: bad flags and data give one-line
+errors with their exit codes; SIGTERM checkpoints and exits 143; kill -9 at any instant
+(including during a checkpoint write) loses nothing, and the run resumes with a continuous
+step count; a truncated newest checkpoint is skipped."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, clean_environ
+from trainer.checkpoints import checkpoint_name
+
+pytestmark = pytest.mark.xla
+
+
+def trainer(module, *args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", module] + list(args), cwd=str(REPO),
+                            env=clean_environ(PJRT_DEVICE="CPU"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def finish(process, timeout=300):
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["--fake_data", "--batch_size=0"], 64, "--batch_size must be positive"),
+    (["--fake_data", "--no_such_flag=1"], 64, "no_such_flag"),
+    ([], 64, "--data_dir is not set"),
+    (["--data_dir=/nonexistent"], 65, "train-images-idx3-ubyte"),
+])
+def test_bad_flags_and_data_are_one_line_errors(args, code, text):
+    returncode, _, err = finish(trainer("trainer.mnist", *args))
+    lines = err.strip().splitlines()
+    assert returncode == code, err
+    assert text in lines[-2] and lines[-1].startswith("HINT: ") and "Traceback" not in err
+
+
+def wait_for_line(process, needle, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if needle in line:
+            return line
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError("never printed {!r}: {}".format(needle, process.stderr.read()))
+
+
+def test_sigterm_checkpoints_and_exits_143(tmp_path):
+    process = trainer("trainer.mnist", "--fake_data", "--log_steps=5", "--job-dir=" +
+                      str(tmp_path))
+    try:
+        wait_for_line(process, "step 10/")
+        process.send_signal(signal.SIGTERM)
+        returncode, _, err = finish(process, 60)
+    finally:
+        process.kill()
+    assert returncode == 143, err
+    assert "stopped by SIGTERM at step" in err
+    [checkpoint] = os.listdir(str(tmp_path / "checkpoints"))
+    assert int(checkpoint[5:14]) >= 10
+    assert (tmp_path / "metrics.jsonl").read_text().count('"train"') >= 2
+
+
+def metric_steps(job):
+    return [json.loads(line)["step"] for line in (job / "metrics.jsonl").read_text().splitlines()
+            if '"train"' in line]
+
+
+def test_kill_9_anywhere_then_resume_continues_the_step_count(tmp_path):
+    job = tmp_path / "job"
+    args = ["--fake_data", "--num_epochs=2", "--num_steps=30", "--checkpoint_steps=1",
+            "--log_steps=1", "--batch_size=32", "--job_dir=" + str(job)]
+    caught_mid_write = False
+    for kill_after in ("step 9/", "step 31/"):
+        process = trainer("trainer.mnist", *args)
+        try:
+            wait_for_line(process, kill_after)
+            # Kill during a checkpoint write when we can see one in flight, else right now.
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                if any(name.startswith(".tmp-") for name in os.listdir(str(job / "checkpoints"))):
+                    caught_mid_write = True
+                    break
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+        finally:
+            process.kill()
+        # Whatever instant it died at, every checkpoint left behind is complete.
+        from trainer.checkpoints import CheckpointStore
+        from trainer.storage import LocalDirectory
+
+        store = CheckpointStore(LocalDirectory(str(job / "checkpoints")), keep=3)
+        assert store.load_latest()[0] == store.steps()[-1]
+    returncode, out, err = finish(trainer("trainer.mnist", *args))
+    assert returncode == 0, err
+    assert "resumed from" in out
+    assert metric_steps(job) == list(range(1, 61))  # continuous, nothing twice
+    assert json.loads((job / "summary.json").read_text())["global_step"] == 60
+    assert caught_mid_write, "no kill landed during a checkpoint write"
+
+
+def test_truncated_newest_checkpoint_is_skipped(tmp_path):
+    job = tmp_path / "job"
+    args = ["--fake_data", "--num_steps=5", "--log_steps=5", "--batch_size=32",
+            "--job_dir=" + str(job)]
+    assert finish(trainer("trainer.mnist", "--num_epochs=2", *args))[0] == 0
+    newest = job / "checkpoints" / checkpoint_name(10)
+    newest.write_bytes(newest.read_bytes()[:1000])
+    returncode, out, err = finish(trainer("trainer.mnist", "--num_epochs=3", *args))
+    assert returncode == 0, err
+    assert "skipping unreadable checkpoint" in out + err
+    assert "resumed from {}".format(job / "checkpoints" / checkpoint_name(5)) in out
+    assert metric_steps(job) == [5, 10, 15]
+
+

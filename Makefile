@@ -21,12 +21,13 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m launcher -- --fake_data --num_epochs=1 --num_steps=20
 
-## test: the whole suite. TensorFlow and torch_xla abort when loaded into one process, so the
-## tests that import either run in their own pytest session.
+## test: the whole suite. TensorFlow and torch_xla abort when loaded into one process, so
+## they never share a pytest session: launcher tests (TensorFlow only in subprocesses), the
+## tests that drive TensorFlow's resolver in-process, then the trainer tests (torch_xla).
 test: $(STAMP)
-	$(PY) -m pytest -m "not tensorflow and not xla"
-	$(PY) -m pytest -m tensorflow
-	$(PY) -m pytest -m xla
+	$(PY) -m pytest tests/launcher -m "not tensorflow"
+	$(PY) -m pytest tests/launcher -m tensorflow
+	$(PY) -m pytest tests/trainer
 
 bench: $(STAMP)
 	$(PY) bench/launcher.py

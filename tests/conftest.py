@@ -1,8 +1,9 @@
 """Shared fixtures: the emulated Cloud TPU API, a fake TPU sysfs, and launcher runners.
 
-The suite runs in three pytest sessions (see the Makefile): tests marked ``tensorflow``,
-tests marked ``xla``, and the rest, because TensorFlow and torch_xla abort when loaded into
-one process. Unmarked tests must import neither (subprocesses may).
+The suite runs in three pytest sessions (see the Makefile), because TensorFlow and torch_xla
+abort when loaded into one process: ``tests/launcher`` without and with the ``tensorflow``
+marker, and ``tests/trainer``. Launcher tests never import torch_xla; only tests marked
+``tensorflow`` import TensorFlow in-process (subprocesses may import either).
 """
 
 from __future__ import annotations

@@ -15,19 +15,14 @@ import pytest
 from conftest import REPO, clean_environ
 from trainer.checkpoints import checkpoint_name
 
-pytestmark = pytest.mark.xla
-
-
 def trainer(module, *args, **kwargs):
     return subprocess.Popen([sys.executable, "-m", module] + list(args), cwd=str(REPO),
                             env=clean_environ(PJRT_DEVICE="CPU"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
-
 def finish(process, timeout=300):
     out, err = process.communicate(timeout=timeout)
     return process.returncode, out, err
-
 
 @pytest.mark.parametrize("args, code, text", [
     (["--fake_data", "--batch_size=0"], 64, "--batch_size must be positive"),
@@ -41,7 +36,6 @@ def test_bad_flags_and_data_are_one_line_errors(args, code, text):
     assert returncode == code, err
     assert text in lines[-2] and lines[-1].startswith("HINT: ") and "Traceback" not in err
 
-
 def wait_for_line(process, needle, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -51,7 +45,6 @@ def wait_for_line(process, needle, timeout=120):
         if not line and process.poll() is not None:
             break
     raise AssertionError("never printed {!r}: {}".format(needle, process.stderr.read()))
-
 
 def test_sigterm_checkpoints_and_exits_143(tmp_path):
     process = trainer("trainer.mnist", "--fake_data", "--log_steps=5", "--job-dir=" +
@@ -68,11 +61,9 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
     assert int(checkpoint[5:14]) >= 10
     assert (tmp_path / "metrics.jsonl").read_text().count('"train"') >= 2
 
-
 def metric_steps(job):
     return [json.loads(line)["step"] for line in (job / "metrics.jsonl").read_text().splitlines()
             if '"train"' in line]
-
 
 def test_kill_9_anywhere_then_resume_continues_the_step_count(tmp_path):
     job = tmp_path / "job"
@@ -106,7 +97,6 @@ def test_kill_9_anywhere_then_resume_continues_the_step_count(tmp_path):
     assert json.loads((job / "summary.json").read_text())["global_step"] == 60
     assert caught_mid_write, "no kill landed during a checkpoint write"
 
-
 def test_truncated_newest_checkpoint_is_skipped(tmp_path):
     job = tmp_path / "job"
     args = ["--fake_data", "--num_steps=5", "--log_steps=5", "--batch_size=32",
@@ -119,5 +109,4 @@ def test_truncated_newest_checkpoint_is_skipped(tmp_path):
     assert "skipping unreadable checkpoint" in out + err
     assert "resumed from {}".format(job / "checkpoints" / checkpoint_name(5)) in out
     assert metric_steps(job) == [5, 10, 15]
-
 

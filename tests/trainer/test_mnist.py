@@ -13,14 +13,10 @@ from trainer import mnist  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.outputs import OutputPaths  # noqa: E402
 
-pytestmark = pytest.mark.xla
-
-
 def smoke_config(**overrides):
     values = dict(fake_data=True, num_epochs=1, num_steps=6, log_steps=2, batch_size=32)
     values.update(overrides)
     return TrainConfig(**values)
-
 
 def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     metric_file = tmp_path / "hypertune" / "output.metrics"
@@ -39,7 +35,6 @@ def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     reported = json.loads(metric_file.read_text().splitlines()[-1])
     assert float(reported["mnist_accuracy"]) == pytest.approx(summary["final_accuracy"])
 
-
 def test_no_new_graphs_after_the_first_epoch(tmp_path):
     # A batch size no other test uses, so this run compiles its own graphs.
     summary = mnist.run(smoke_config(num_epochs=3, num_steps=5, log_steps=3, batch_size=24),
@@ -48,13 +43,11 @@ def test_no_new_graphs_after_the_first_epoch(tmp_path):
     assert first > 0 and later == [first] * len(later)
     assert summary["compile_count"] <= 4  # train + eval, including first-step variants
 
-
 @needs_mnist
 def test_two_epochs_on_real_digits_reach_a_sane_accuracy():
     summary = mnist.run(TrainConfig(data_dir=str(MNIST_SUBSET), num_epochs=2, log_steps=0),
                         paths=OutputPaths())
     assert summary["final_accuracy"] >= 0.97
-
 
 @needs_mnist
 def test_gcs_job_dir_and_data(gcs, tmp_path, monkeypatch):

@@ -7,14 +7,12 @@ import pytest
 from trainer.errors import StorageError
 from trainer.storage import GcsDirectory, LocalDirectory, open_dir
 
-
 @pytest.fixture(params=["local", "gcs"])
 def directory(request, tmp_path):
     if request.param == "local":
         return open_dir(str(tmp_path / "job"))
     bucket = request.getfixturevalue("gcs")
     return open_dir("gs://{}/jobs/run-1".format(bucket.name))
-
 
 def test_write_read_list_delete(directory):
     directory.write_bytes("a.txt", b"one")
@@ -29,13 +27,11 @@ def test_write_read_list_delete(directory):
     with pytest.raises(FileNotFoundError):
         directory.read_bytes("a.txt")
 
-
 def test_no_overwrite_precondition(directory):
     directory.write_bytes("ckpt", b"first", overwrite=False)
     with pytest.raises(StorageError, match="already exists"):
         directory.write_bytes("ckpt", b"second", overwrite=False)
     assert directory.read_bytes("ckpt") == b"first"
-
 
 def test_local_write_leaves_no_temporary_and_cleans_stale_ones(tmp_path):
     directory = LocalDirectory(str(tmp_path))
@@ -44,7 +40,6 @@ def test_local_write_leaves_no_temporary_and_cleans_stale_ones(tmp_path):
     assert directory.list() == ["x"]
     directory.remove_stale_temporaries()
     assert sorted(os.listdir(tmp_path)) == ["x"]
-
 
 def test_gs_uri_without_bucket_is_an_error():
     with pytest.raises(StorageError, match="no bucket"):

@@ -11,11 +11,9 @@ from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
 from trainer.errors import DataError
 from trainer.mnist_data import load_split, random_shift, read_idx
 
-
 def write_idx(path, array, magic):
     header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
     path.write_bytes(header + array.astype(np.uint8).tobytes())
-
 
 def test_reads_plain_and_gzipped_files(tmp_path):
     images = np.arange(2 * 28 * 28).reshape(2, 28, 28) % 256
@@ -26,7 +24,6 @@ def test_reads_plain_and_gzipped_files(tmp_path):
         handle.write(labels_raw.read_bytes())
     x, y = load_split(str(tmp_path), "train")
     assert x.shape == (2, 1, 28, 28) and y.tolist() == [3, 7]
-
 
 @pytest.mark.parametrize("damage, message", [
     (lambda data: data[:-10], "truncated"),
@@ -40,17 +37,14 @@ def test_damaged_files_are_named(tmp_path, damage, message):
         read_idx(str(path), 2049)
     assert "t10k-labels-idx1-ubyte" in caught.value.message
 
-
 def test_missing_file_names_it_and_the_folder(tmp_path):
     with pytest.raises(DataError, match="train-images-idx3-ubyte .* not found in"):
         load_split(str(tmp_path), "train")
-
 
 def test_corrupt_gzip_is_a_data_error(tmp_path):
     (tmp_path / "x.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(DataError, match="cannot read x.gz"):
         read_idx(str(tmp_path / "x.gz"), 2049)
-
 
 @needs_mnist
 def test_reads_from_gcs_once_into_the_cache(gcs, tmp_path):
@@ -64,13 +58,11 @@ def test_reads_from_gcs_once_into_the_cache(gcs, tmp_path):
     assert load_split(uri, "test", cache_dir=str(cache))[1].shape == (2000,)
     assert {p: p.stat().st_mtime_ns for p in cache.rglob("*.gz")} == stamps  # not downloaded
 
-
 @needs_mnist
 def test_real_subset_shapes(tmp_path):
     shutil.copytree(str(MNIST_SUBSET), str(tmp_path / "m"))
     x, y = load_split(str(tmp_path / "m"), "train")
     assert x.shape == (8000, 1, 28, 28) and abs(float(x.mean())) < 0.1
-
 
 def test_random_shift_keeps_shape_and_moves_pixels():
     import torch

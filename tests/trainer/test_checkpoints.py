@@ -5,10 +5,8 @@ import torch
 from trainer.checkpoints import CheckpointStore, checkpoint_name, to_cpu
 from trainer.storage import LocalDirectory
 
-
 def state(step):
     return {"step": step, "model": {"w": torch.full((3,), float(step))}}
-
 
 def test_keeps_the_newest_k(tmp_path):
     store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=2)
@@ -17,7 +15,6 @@ def test_keeps_the_newest_k(tmp_path):
     assert store.steps() == [20, 30]
     step, loaded = store.load_latest()
     assert step == 30 and torch.equal(loaded["model"]["w"], torch.full((3,), 30.0))
-
 
 def test_truncated_or_corrupt_newest_is_skipped(tmp_path, caplog):
     store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=5)
@@ -30,10 +27,8 @@ def test_truncated_or_corrupt_newest_is_skipped(tmp_path, caplog):
     assert step == 1 and loaded["step"] == 1
     assert "skipping unreadable checkpoint" in caplog.text and checkpoint_name(3) in caplog.text
 
-
 def test_empty_store_has_nothing(tmp_path):
     assert CheckpointStore(LocalDirectory(str(tmp_path))).load_latest() is None
-
 
 def test_to_cpu_copies_nested_state():
     nested = {"a": [torch.ones(2), (torch.zeros(1), 3)], "b": "x"}

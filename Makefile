@@ -17,9 +17,10 @@ $(STAMP): requirements/dev.lock pyproject.toml
 venv: $(STAMP)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
-## and execs the MNIST trainer briefly.
+## and execs the MNIST trainer briefly (one short epoch; outputs in runs/mnist-local).
+RUN_ARGS ?= --fake_data --num_epochs=1 --num_steps=100 --log_steps=25 --job-dir=runs/mnist-local
 run: $(STAMP)
-	$(PY) -m launcher -- --fake_data --num_epochs=1 --num_steps=20
+	$(PY) -m launcher -- $(RUN_ARGS)
 
 ## test: the whole suite. TensorFlow and torch_xla abort when loaded into one process, so
 ## they never share a pytest session: launcher tests (TensorFlow only in subprocesses), the
@@ -31,6 +32,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/launcher.py
+	$(PY) bench/trainer.py
 
 ## lock: re-resolve requirements/dev.in into requirements/dev.lock.
 lock:

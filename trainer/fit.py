@@ -92,7 +92,6 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     accuracy: Dict[str, float] = {}
     progress = _ProgressLog(state, data.batch_size, steps_per_epoch, config.num_epochs,
                             outputs, initial_total=restored_total)
-    first_epoch_start = time.perf_counter()
     try:
         with stop.installed():
             while state.epoch < config.num_epochs:
@@ -121,7 +120,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     finally:
         outputs.flush()
     outputs.save_model(to_cpu(model.state_dict()))
-    train_time = time.perf_counter() - first_epoch_start
+    train_time = sum(epoch[-1] - epoch[0] for epoch in state.timings)
+    steps_run = sum(len(epoch) - 1 for epoch in state.timings)
     summary = {
         "trainer": spec.name,
         "device": str(xla.device_kind(dev)),
@@ -132,7 +132,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         "steady_examples_per_second": steady_examples_per_second(
             state.timings, data.batch_size, COMPILE_STEPS),
         "examples_per_second_with_compilation": (
-            len(state.timings) * data.batch_size / train_time if train_time > 0 else 0.0),
+            steps_run * data.batch_size / train_time if train_time > 0 else 0.0),
         "compile_count": xla.compile_count() - compiles_before,
         "compiles_after_each_epoch": compiles_after_epoch,
         "executions_per_epoch": executions_per_epoch,

@@ -27,7 +27,9 @@ class LoopState:
     step_in_epoch: int = 0
     global_step: int = 0
     loss_total: Optional[torch.Tensor] = None
-    timings: List[float] = field(default_factory=list)  # host time at each step's dispatch
+    # Host time at each step's dispatch, one list per epoch run, so throughput figures can
+    # leave out what happens between epochs (evaluation, checkpoints).
+    timings: List[List[float]] = field(default_factory=list)
 
 
 def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -64,12 +66,14 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     dev = next(model.parameters()).device
     if state.loss_total is None:
         state.loss_total = device_zero(dev)
+    epoch_timings = [time.perf_counter()]
+    state.timings.append(epoch_timings)
     for x, y in batches:
         state.loss_total = train_step(model, optimizer, scheduler, loss_fn, x, y,
                                       state.loss_total)
         state.step_in_epoch += 1
         state.global_step += 1
-        state.timings.append(time.perf_counter())
+        epoch_timings.append(time.perf_counter())
         if log_steps and state.global_step % log_steps == 0:
             xla.add_step_closure(on_log, (state.global_step, state.loss_total))
         if on_step is not None:
@@ -78,6 +82,8 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             xla.sync()
             return True
     xla.sync()
+    xla.wait()  # once per epoch: the epoch's timings end when its last step has finished
+    epoch_timings.append(time.perf_counter())
     return False
 
 
@@ -102,9 +108,11 @@ def evaluate(model: torch.nn.Module, batches: Iterable, topk: Sequence[int] = (1
             for total, k in zip(correct, topk)}
 
 
-def steady_examples_per_second(timings: Sequence[float], batch_size: int, skip: int) -> float:
-    """Examples/s over the steps after the first ``skip`` (which include compilation)."""
-    if len(timings) <= skip + 1:
-        return 0.0
-    elapsed = timings[-1] - timings[skip]
-    return (len(timings) - 1 - skip) * batch_size / elapsed if elapsed > 0 else 0.0
+def steady_examples_per_second(timings: Sequence[Sequence[float]], batch_size: int,
+                               skip: int) -> float:
+    """Training examples/s, leaving out the run's first ``skip`` steps (they compile) and
+    the time between epochs."""
+    intervals = [later - earlier for epoch in timings for earlier, later in zip(epoch, epoch[1:])]
+    steady = intervals[skip:]
+    elapsed = sum(steady)
+    return len(steady) * batch_size / elapsed if elapsed > 0 else 0.0

@@ -32,6 +32,11 @@ def sync() -> None:
         xm.mark_step()
 
 
+def wait() -> None:
+    """Block until every dispatched graph has finished executing."""
+    xm.wait_device_ops()
+
+
 def device_loader(batches: Iterable, dev: torch.device) -> Iterable:
     """Wrap a host iterable so batches are copied to ``dev`` in the background, overlapping
     compute; the loader also cuts the graph (one ``mark_step``) after every batch."""

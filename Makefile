@@ -17,8 +17,8 @@ $(STAMP): requirements/dev.lock pyproject.toml
 venv: $(STAMP)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
-## and execs the MNIST trainer briefly (one short epoch; outputs in runs/mnist-local).
-RUN_ARGS ?= --fake_data --num_epochs=1 --num_steps=100 --log_steps=25 --job-dir=runs/mnist-local
+## and execs the MNIST trainer briefly (one short epoch; outputs in runs/mnist-DATE).
+RUN_ARGS ?= --fake_data --num_epochs=1 --num_steps=100 --log_steps=25 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
 run: $(STAMP)
 	$(PY) -m launcher -- $(RUN_ARGS)
 

@@ -6,7 +6,35 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-launcher test-tensorflow test-xla lint bench lock clean
+.PHONY: run test lint bench lock clean venv build push cloudbuild check-job submit \
+        submit-vertex local-run
+
+# --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
+RUNTIME ?= xrt
+BASE_IMAGE_xrt := gcr.io/tpu-pytorch/xla:r1.12_3.7
+BASE_IMAGE_pjrt := us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
+BASE_IMAGE ?= $(BASE_IMAGE_$(RUNTIME))
+PROJECT ?=
+REGION ?= us-central1
+IMAGE_NAME ?= pytorch-xla-trainer
+TAG ?= $(RUNTIME)
+IMAGE_URI ?= gcr.io/$(PROJECT)/$(IMAGE_NAME):$(TAG)
+JOB_NAME ?= pytorch_xla_$(shell date +%Y%m%d_%H%M%S)
+JOB_NAME := $(JOB_NAME)
+CONFIG ?= config/ai-platform-tpu-v3.yaml
+VERTEX_CONFIG ?= config/vertex-tpu.yaml
+JOB_DIR ?=
+JOB_ARGS ?=
+RENDERED := build/$(JOB_NAME).yaml
+DOCKER ?= docker
+GCLOUD ?= gcloud
+# The seed's fake platform variables for local rehearsal; point LOCAL_TPU_CONFIG at a TPU you
+# can reach to resolve a real one.
+LOCAL_TF_CONFIG ?= {"cluster":{"master":["127.0.0.1:2222"]},"environment":"cloud","task":{"type":"master","index":0}}
+LOCAL_TPU_CONFIG ?= {"project": "YOUR_PROJECT", "zone": "us-central1-b", "tpu_node_name": "YOUR_TPU"}
+
+require = $(if $(strip $($(1))),,$(error $(1) is not set: make $@ $(1)=...))
+check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt or pjrt, got '$(RUNTIME)'))
 
 $(STAMP): requirements/dev.lock pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -25,10 +53,68 @@ run: $(STAMP)
 ## test: the whole suite. TensorFlow and torch_xla abort when loaded into one process, so
 ## they never share a pytest session: launcher tests (TensorFlow only in subprocesses), the
 ## tests that drive TensorFlow's resolver in-process, then the trainer tests (torch_xla).
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest tests/launcher -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer
+
+## build / push: the image for RUNTIME (xrt: TPU node, legacy AI Platform; pjrt: TPU VM).
+build:
+	$(call check_runtime)
+	$(call require,PROJECT)
+	$(DOCKER) build --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg RUNTIME=$(RUNTIME) \
+		-t $(IMAGE_URI) .
+
+push:
+	$(call require,PROJECT)
+	$(DOCKER) push $(IMAGE_URI)
+
+## cloudbuild: build and push with Cloud Build instead of a local Docker engine.
+cloudbuild:
+	$(call check_runtime)
+	$(call require,PROJECT)
+	$(GCLOUD) builds submit --project $(PROJECT) --config cloudbuild.yaml \
+		--substitutions _RUNTIME=$(RUNTIME),_BASE_IMAGE=$(BASE_IMAGE),_IMAGE_URI=$(IMAGE_URI) .
+
+## check-job: fill the image (and JOB_ARGS for Vertex) into CONFIG, validate it offline.
+check-job: $(STAMP)
+	$(call require,PROJECT)
+	mkdir -p build
+	$(PY) -m jobspec check $(CONFIG) --image $(IMAGE_URI) --region $(REGION) \
+		$(foreach arg,$(JOB_ARGS),--container-arg=$(arg)) --write $(RENDERED)
+
+## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31).
+submit: check-job
+	$(GCLOUD) ai-platform jobs submit training $(JOB_NAME) --project $(PROJECT) \
+		--region $(REGION) --config $(RENDERED) $(if $(JOB_DIR),--job-dir $(JOB_DIR)) \
+		-- $(JOB_ARGS)
+
+## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt).
+submit-vertex: CONFIG = $(VERTEX_CONFIG)
+submit-vertex: TAG = pjrt
+submit-vertex: check-job
+	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
+		--display-name $(JOB_NAME) --config $(RENDERED)
+
+## local-run: rehearse in the image with the entrypoint overridden and fake platform variables,
+## as the original article did; --dry-run prints what the launcher would export and run.
+local-run:
+	$(call require,PROJECT)
+	$(DOCKER) run --rm --shm-size 16G --entrypoint python \
+		-e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
+		$(IMAGE_URI) -m launcher --dry-run $(JOB_ARGS)
+
+## lint: ruff, vermin (Python 3.7 in the image code), hadolint, check-jsonschema, yamllint.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check launcher trainer jobspec tests bench
+	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
+		--backport dataclasses --backport typing launcher trainer
+	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.cloudbuild cloudbuild.yaml
+	$(PY) -m jobspec cloudbuild cloudbuild.yaml
+	$(VENV)/bin/yamllint -s -d '{extends: default, rules: {line-length: {max: 100}, document-start: disable}}' \
+		cloudbuild.yaml config .hadolint.yaml
+	for f in config/*.yaml; do $(PY) -m jobspec check $$f --image gcr.io/p/i:t || exit 1; done
 
 bench: $(STAMP)
 	$(PY) bench/launcher.py

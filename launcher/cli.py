@@ -28,8 +28,15 @@ import sys
 import traceback
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.errors import (EX_CANNOT_EXECUTE, EX_NOT_FOUND, EX_SOFTWARE,
-                             Interrupted, LauncherError, TrainerExecError, UsageError)
+from launcher.errors import (
+    EX_CANNOT_EXECUTE,
+    EX_NOT_FOUND,
+    EX_SOFTWARE,
+    Interrupted,
+    LauncherError,
+    TrainerExecError,
+    UsageError,
+)
 from launcher.launch import DEFAULT_TRAINER, LaunchOptions, LaunchPlan, describe, plan_launch
 from launcher.report import format_command, shell_exports
 from launcher.runtime import RUNTIMES

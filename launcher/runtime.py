@@ -65,7 +65,7 @@ def detect_runtime(override: Optional[str],
 def installed_torch_xla_version() -> Optional[str]:
     """The installed torch_xla's version string, or None; never imports torch_xla."""
     try:
-        from importlib import metadata  # Python 3.8+
+        from importlib import metadata  # novm (3.8+; the except branch serves 3.7)
     except ImportError:  # Python 3.7, the XRT-era image: setuptools provides pkg_resources.
         import pkg_resources
         try:

@@ -51,7 +51,8 @@ class NodeProbe:
         # deadline. This process only resolves and then execs, so the global is harmless.
         socket.setdefaulttimeout(REQUEST_TIMEOUT_S)
         from tensorflow.python.distribute.cluster_resolver.tpu.tpu_cluster_resolver import (
-            TPUClusterResolver)
+            TPUClusterResolver,
+        )
         from tensorflow.python.tpu.client.client import Client
 
         self.node = node

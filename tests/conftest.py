@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import pytest
-
 import fake_cloud_tpu
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"

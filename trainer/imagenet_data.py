@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from typing import Iterator, List
 
-import torch
 from torch.utils.data import DataLoader, Sampler
 
 from trainer.batches import Batch, DataSource, epoch_order, pad_batch

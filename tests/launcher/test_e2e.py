@@ -5,8 +5,15 @@ what it was started with."""
 import json
 
 import fake_cloud_tpu as fake
-from conftest import (SEED_TF_CONFIG, SEED_TPU_CONFIG, fake_trainer_env, make_tpu_sysfs,
-                      read_records, run_launcher)
+from conftest import (
+    SEED_TF_CONFIG,
+    SEED_TPU_CONFIG,
+    fake_trainer_env,
+    make_tpu_sysfs,
+    read_records,
+    run_launcher,
+)
+
 from launcher.errors import EX_CONFIG, EX_NOPERM, EX_UNAVAILABLE
 
 PLATFORM_ARGS = ["--job-dir=gs://bucket/jobs/run-1", "--lr=0.1", "--batch_size", "64"]

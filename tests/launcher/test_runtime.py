@@ -3,8 +3,13 @@
 import pytest
 
 from launcher.errors import ConfigError
-from launcher.runtime import PJRT, XRT, detect_runtime, installed_torch_xla_version, \
-    runtime_for_version
+from launcher.runtime import (
+    PJRT,
+    XRT,
+    detect_runtime,
+    installed_torch_xla_version,
+    runtime_for_version,
+)
 
 
 @pytest.mark.parametrize("version, runtime", [

@@ -22,7 +22,10 @@ class SimulatedTime:
         self.now += seconds
 
 
-def run(answers, policy=WaitPolicy(), poll_cost=0.01):
+DEFAULT_POLICY = WaitPolicy()
+
+
+def run(answers, policy=DEFAULT_POLICY, poll_cost=0.01):
     """Poll a script of answers (NodeStatus or exception); returns (address|error, time, logs)."""
     time, logs, script = SimulatedTime(poll_cost), [], list(answers)
 

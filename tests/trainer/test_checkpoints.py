@@ -5,6 +5,7 @@ import torch
 from trainer.checkpoints import CheckpointStore, checkpoint_name, to_cpu
 from trainer.storage import LocalDirectory
 
+
 def state(step):
     return {"step": step, "model": {"w": torch.full((3,), float(step))}}
 

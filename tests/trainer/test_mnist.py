@@ -9,9 +9,11 @@ import pytest
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist  # noqa: E402
+
 from trainer import mnist  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.outputs import OutputPaths  # noqa: E402
+
 
 def smoke_config(**overrides):
     values = dict(fake_data=True, num_epochs=1, num_steps=6, log_steps=2, batch_size=32)

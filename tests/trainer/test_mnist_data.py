@@ -6,10 +6,11 @@ import struct
 
 import numpy as np
 import pytest
-
 from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
+
 from trainer.errors import DataError
 from trainer.mnist_data import load_split, random_shift, read_idx
+
 
 def write_idx(path, array, magic):
     header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)

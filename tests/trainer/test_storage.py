@@ -5,7 +5,8 @@ import os
 import pytest
 
 from trainer.errors import StorageError
-from trainer.storage import GcsDirectory, LocalDirectory, open_dir
+from trainer.storage import LocalDirectory, open_dir
+
 
 @pytest.fixture(params=["local", "gcs"])
 def directory(request, tmp_path):

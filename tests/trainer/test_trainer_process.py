@@ -11,9 +11,10 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, clean_environ
+
 from trainer.checkpoints import checkpoint_name
+
 
 def trainer(module, *args, **kwargs):
     return subprocess.Popen([sys.executable, "-m", module] + list(args), cwd=str(REPO),

@@ -1,0 +1,7 @@
+"""``python -m jobspec``: see ``jobspec.check``."""
+
+import sys
+
+from jobspec.check import main
+
+sys.exit(main())

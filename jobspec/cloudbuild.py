@@ -1,0 +1,47 @@
+"""The two cloudbuild.yaml rules that ``check-jsonschema --builtin-schema vendor.cloudbuild``
+misses: every step names its builder image (``name``), and user-defined substitutions start
+with ``_`` (Cloud Build rejects others)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List
+
+from jobspec.check import Finding
+
+# Built-in substitutions Cloud Build provides; anything else must start with "_".
+BUILT_IN = {"PROJECT_ID", "PROJECT_NUMBER", "LOCATION", "BUILD_ID", "REPO_NAME", "REPO_FULL_NAME",
+            "BRANCH_NAME", "TAG_NAME", "REVISION_ID", "COMMIT_SHA", "SHORT_SHA",
+            "TRIGGER_NAME", "TRIGGER_BUILD_CONFIG_PATH", "SERVICE_ACCOUNT_EMAIL",
+            "SERVICE_ACCOUNT", "REF_NAME"}
+_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def check_cloudbuild(build: Any) -> List[Finding]:
+    if not isinstance(build, dict):
+        return [Finding("error", "(top)", "not a mapping", "see cloudbuild.yaml")]
+    findings = []
+    for index, step in enumerate(build.get("steps") or []):
+        if not isinstance(step, dict) or not step.get("name"):
+            findings.append(Finding("error", "steps[{}].name".format(index), "is missing",
+                                    "name the builder image, e.g. gcr.io/cloud-builders/docker"))
+    for key in build.get("substitutions") or {}:
+        if not str(key).startswith("_"):
+            findings.append(Finding("error", "substitutions.{}".format(key),
+                                    "user substitutions must start with '_'",
+                                    "rename it to _{}".format(key)))
+    for name in sorted(set(_REFERENCE.findall(_text(build)))):
+        if not name.startswith("_") and name not in BUILT_IN:
+            findings.append(Finding("error", "${}".format(name), "is neither built in nor a "
+                                    "user substitution", "rename it to _{}".format(name)))
+    return findings
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict):
+        return " ".join(_text(item) for key, item in value.items() if key != "substitutions"
+                        ) + " " + " ".join(_text(v) for v in (value.get("substitutions") or {}
+                                                                    ).values())
+    if isinstance(value, list):
+        return " ".join(_text(item) for item in value)
+    return str(value)

@@ -54,7 +54,7 @@ run: $(STAMP)
 ## they never share a pytest session: launcher tests (TensorFlow only in subprocesses), the
 ## tests that drive TensorFlow's resolver in-process, then the trainer tests (torch_xla).
 test: lint
-	$(PY) -m pytest tests/launcher -m "not tensorflow"
+	$(PY) -m pytest tests/launcher tests/delivery -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer
 

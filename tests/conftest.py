@@ -1,8 +1,8 @@
 """Shared fixtures: the emulated Cloud TPU API, a fake TPU sysfs, and launcher runners.
 
 The suite runs in three pytest sessions (see the Makefile), because TensorFlow and torch_xla
-abort when loaded into one process: ``tests/launcher`` without and with the ``tensorflow``
-marker, and ``tests/trainer``. Launcher tests never import torch_xla; only tests marked
+abort when loaded into one process: ``tests/launcher`` and ``tests/delivery`` without the
+``tensorflow`` marker, ``tests/launcher`` with it, and ``tests/trainer``. Launcher tests never import torch_xla; only tests marked
 ``tensorflow`` import TensorFlow in-process (subprocesses may import either).
 """
 

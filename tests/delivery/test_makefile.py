@@ -1,0 +1,117 @@
+"""Makefile targets that need docker or gcloud, run with recording stand-ins on PATH: the exact
+argv each tool would get, and clear errors for missing or wrong variables."""
+
+import json
+import os
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO, clean_environ
+
+RECORDER = """#!/bin/sh
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "{log}"
+"""
+
+
+@pytest.fixture
+def tools(tmp_path):
+    """PATH with stand-in ``docker`` and ``gcloud`` that append their argv to calls.jsonl."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.jsonl"
+    for name in ("docker", "gcloud"):
+        script = bin_dir / name
+        script.write_text(RECORDER.format(log=log))
+        script.chmod(0o755)
+
+    def make(*args):
+        env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"])
+        result = subprocess.run(["make", "--no-print-directory", "-C", str(REPO)] + list(args),
+                                env=env, capture_output=True, text=True, timeout=300)
+        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() \
+            else []
+        log.unlink() if log.exists() else None
+        return result, calls
+
+    return make
+
+
+PJRT_BASE = "us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm"
+
+
+def test_build_and_push(tools):
+    result, calls = tools("build", "PROJECT=my-proj", "RUNTIME=pjrt", "TAG=v1")
+    assert result.returncode == 0, result.stderr
+    assert calls == [["docker", "build", "--build-arg", "BASE_IMAGE=" + PJRT_BASE,
+                      "--build-arg", "RUNTIME=pjrt", "-t",
+                      "gcr.io/my-proj/pytorch-xla-trainer:v1", "."]]
+    _, calls = tools("push", "PROJECT=my-proj")
+    assert calls == [["docker", "push", "gcr.io/my-proj/pytorch-xla-trainer:xrt"]]
+
+
+def test_cloudbuild_substitutions(tools):
+    result, calls = tools("cloudbuild", "PROJECT=my-proj", "IMAGE_URI=gcr.io/x/y:z")
+    assert result.returncode == 0, result.stderr
+    assert calls == [["gcloud", "builds", "submit", "--project", "my-proj", "--config",
+                      "cloudbuild.yaml", "--substitutions",
+                      "_RUNTIME=xrt,_BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.12_3.7,"
+                      "_IMAGE_URI=gcr.io/x/y:z", "."]]
+
+
+def test_submit_validates_then_submits_with_user_args_after_double_dash(tools):
+    result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=job_1", "REGION=europe-west4",
+                          "JOB_DIR=gs://b/jobs/1", "JOB_ARGS=--lr=0.1 --fake_data")
+    assert result.returncode == 0, result.stderr
+    assert calls == [["gcloud", "ai-platform", "jobs", "submit", "training", "job_1",
+                      "--project", "my-proj", "--region", "europe-west4", "--config",
+                      "build/job_1.yaml", "--job-dir", "gs://b/jobs/1", "--", "--lr=0.1",
+                      "--fake_data"]]
+    rendered = yaml.safe_load((REPO / "build" / "job_1.yaml").read_text())
+    assert rendered["trainingInput"]["masterConfig"]["imageUri"] == \
+        "gcr.io/my-proj/pytorch-xla-trainer:xrt"
+
+
+def test_submit_vertex_puts_args_into_the_container_spec(tools):
+    result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=vjob",
+                          "JOB_ARGS=--fake_data")
+    assert result.returncode == 0, result.stderr
+    assert calls == [["gcloud", "ai", "custom-jobs", "create", "--project", "my-proj",
+                      "--region", "us-central1", "--display-name", "vjob", "--config",
+                      "build/vjob.yaml"]]
+    pool = yaml.safe_load((REPO / "build" / "vjob.yaml").read_text())["workerPoolSpecs"][0]
+    assert pool["containerSpec"] == {"imageUri": "gcr.io/my-proj/pytorch-xla-trainer:pjrt",
+                                     "args": ["--fake_data"]}
+
+
+def test_invalid_job_file_stops_before_gcloud(tools, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "config" / "ai-platform-tpu-v3.yaml").read_text().replace(
+        "count: 8", "count: 4"))
+    result, calls = tools("submit", "PROJECT=p", "CONFIG=" + str(bad), "JOB_NAME=bad")
+    assert result.returncode != 0 and calls == []
+    assert "acceleratorConfig.count" in result.stderr
+
+
+def test_local_run_overrides_the_entrypoint_with_fake_platform_variables(tools):
+    result, calls = tools("local-run", "PROJECT=p", "JOB_ARGS=--lr=0.1")
+    assert result.returncode == 0, result.stderr
+    [call] = calls
+    assert call[:6] == ["docker", "run", "--rm", "--shm-size", "16G", "--entrypoint"]
+    assert call[6] == "python" and call[-4:] == ["-m", "launcher", "--dry-run", "--lr=0.1"]
+    env = dict(call[i + 1].split("=", 1) for i, arg in enumerate(call) if arg == "-e")
+    assert json.loads(env["TPU_CONFIG"])["zone"] == "us-central1-b"
+    assert json.loads(env["TF_CONFIG"])["task"]["type"] == "master"
+    assert shlex.quote(call[-5]) == "gcr.io/p/pytorch-xla-trainer:xrt"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["build"], "PROJECT is not set"),
+    (["build", "PROJECT=p", "RUNTIME=tpu"], "RUNTIME must be xrt or pjrt"),
+    (["submit"], "PROJECT is not set"),
+])
+def test_missing_or_wrong_variables_are_errors(tools, args, message):
+    result, calls = tools(*args)
+    assert result.returncode != 0 and message in result.stderr and calls == []

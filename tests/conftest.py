@@ -2,8 +2,9 @@
 
 The suite runs in three pytest sessions (see the Makefile), because TensorFlow and torch_xla
 abort when loaded into one process: ``tests/launcher`` and ``tests/delivery`` without the
-``tensorflow`` marker, ``tests/launcher`` with it, and ``tests/trainer``. Launcher tests never import torch_xla; only tests marked
-``tensorflow`` import TensorFlow in-process (subprocesses may import either).
+``tensorflow`` marker, ``tests/launcher`` with it, and ``tests/trainer``. Launcher tests never
+import torch_xla; only tests marked ``tensorflow`` import TensorFlow in-process (subprocesses
+may import either).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import fake_cloud_tpu
 import pytest
+
+import fake_cloud_tpu
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"

@@ -5,10 +5,10 @@ import json
 import sys
 
 import pytest
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
 from launcher.cli import main, parse_command_line, split_argv
 from launcher.errors import EX_CANNOT_EXECUTE, EX_CONFIG, EX_NOT_FOUND, EX_USAGE
 

@@ -13,7 +13,6 @@ from conftest import (
     read_records,
     run_launcher,
 )
-
 from launcher.errors import EX_CONFIG, EX_NOPERM, EX_UNAVAILABLE
 
 PLATFORM_ARGS = ["--job-dir=gs://bucket/jobs/run-1", "--lr=0.1", "--batch_size", "64"]

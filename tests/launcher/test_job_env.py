@@ -3,10 +3,10 @@
 import json
 
 import pytest
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
 from launcher.errors import EX_CONFIG, ConfigError
 from launcher.job_env import ClusterConfig, JobEnvironment, TpuConfig
 

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import time
 
-import fake_cloud_tpu as fake
 import pytest
+
+import fake_cloud_tpu as fake
 from conftest import REPO, SEED_TPU_CONFIG, fake_trainer_env, launcher_command, read_records
 
 pytestmark = pytest.mark.skipif(

@@ -6,9 +6,9 @@ import socket
 import threading
 import time
 
-import fake_cloud_tpu as fake
 import pytest
 
+import fake_cloud_tpu as fake
 from launcher.errors import PermissionDeniedError, TpuApiError, TpuUnavailableError
 from launcher.launch import resolve_tpu_node
 from launcher.platforms.base import TpuNodeRef

@@ -9,7 +9,6 @@ import pytest
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist  # noqa: E402
-
 from trainer import mnist  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.outputs import OutputPaths  # noqa: E402

@@ -6,8 +6,8 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
 
+from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
 from trainer.errors import DataError
 from trainer.mnist_data import load_split, random_shift, read_idx
 

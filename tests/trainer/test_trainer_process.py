@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, clean_environ
 
+from conftest import REPO, clean_environ
 from trainer.checkpoints import checkpoint_name
 
 

@@ -3,7 +3,6 @@
 import json
 
 from conftest import SEED_TPU_CONFIG, make_tpu_sysfs
-
 from launcher.job_env import JobEnvironment
 from launcher.platforms import DETECTORS, detect_platform, local
 from launcher.platforms.base import EXPLICIT, LOCAL, TPU_NODE, TPU_VM

@@ -3,7 +3,6 @@
 import json
 
 from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
-
 from launcher.job_env import JobEnvironment
 from launcher.platforms import tpu_node
 from launcher.platforms.base import TPU_NODE, TpuNodeRef

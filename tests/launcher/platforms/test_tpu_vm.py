@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from conftest import make_tpu_sysfs
 
+from conftest import make_tpu_sysfs
 from launcher.errors import ConfigError
 from launcher.job_env import JobEnvironment
 from launcher.platforms import tpu_vm

@@ -8,27 +8,31 @@ Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 74 job dir not readable
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from absl import flags
 
-from trainer.config import FLAGS, normalize_argv
+from trainer.config import FLAGS, config_from_flags, normalize_argv
 from trainer.errors import EX_USAGE, TrainerError
+from trainer.outputs import OutputPaths
 
 
-def run_main(define_flags: Callable[[], None], main: Callable[[List[str]], None],
+def run_main(define_flags: Callable[[], None], run: Callable[..., Dict[str, Any]],
              argv: Optional[List[str]] = None) -> int:
-    """Define and parse flags, run ``main``, map errors to exit codes."""
+    """Define and parse flags, build the config, ``run(config, paths=...)``, and map errors
+    to exit codes. The one place that reads the environment (Vertex's ``AIP_*`` dirs)."""
     _configure_logging()
     define_flags()
     try:
-        remaining = FLAGS(normalize_argv(list(sys.argv if argv is None else argv)))
+        FLAGS(normalize_argv(list(sys.argv if argv is None else argv)))
     except flags.Error as error:
         return _report(TrainerError(str(error).splitlines()[0] if str(error) else repr(error),
                                     "see --helpfull for the flags", EX_USAGE))
     try:
-        main(remaining)
+        config = config_from_flags(FLAGS)
+        run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
         return _report(error)
     return 0

@@ -7,7 +7,6 @@ Data: ``--fake_data`` or a local ``train/`` ``val/`` class-folder tree (``--data
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -15,7 +14,7 @@ import torch
 
 from trainer.batches import DataSource, FakeSource
 from trainer.cli import run_main
-from trainer.config import FLAGS, TrainConfig, config_from_flags, define_common_flags
+from trainer.config import TrainConfig, define_common_flags
 from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
@@ -62,13 +61,13 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
     model = build_model(config, getattr(data, "num_classes", NUM_CLASSES))
     loss = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
     spec = TrainSpec("imagenet-" + config.model, model, data, loss, topk=(1, 5))
-    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, os.environ))
+    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}))
 
 
-def main(argv: List[str]) -> None:
-    del argv
-    run(config_from_flags(FLAGS))
+def main(argv: Optional[List[str]] = None) -> int:
+    """Parse flags (``--job-dir`` spelling accepted), train, return the exit code."""
+    return run_main(define_flags, run, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(define_flags, main))
+    sys.exit(main())

@@ -8,7 +8,6 @@ shifts of up to 2 px) are chosen to give a good model in 5 epochs: they reach >=
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from trainer import mnist_data
 from trainer.batches import DataSource, FakeSource, TensorSource
 from trainer.cli import run_main
-from trainer.config import FLAGS, TrainConfig, config_from_flags, define_common_flags
+from trainer.config import TrainConfig, define_common_flags
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -68,13 +67,13 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
     """Train and evaluate; returns the summary dict (see ``trainer.fit``)."""
     torch.manual_seed(config.seed)
     spec = TrainSpec("mnist", MnistNet(), data_override or build_data(config), F.nll_loss)
-    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, os.environ))
+    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}))
 
 
-def main(argv: List[str]) -> None:
-    del argv
-    run(config_from_flags(FLAGS))
+def main(argv: Optional[List[str]] = None) -> int:
+    """Parse flags (``--job-dir`` spelling accepted), train, return the exit code."""
+    return run_main(define_flags, run, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(define_flags, main))
+    sys.exit(main())

@@ -77,8 +77,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             return 0
         exec_trainer(plan, environ, execvpe)
         return 0  # only reached when execvpe is a test double
-    except LauncherError as error:
-        log("{}: {}".format(type(error).__name__, error))
+    except (LauncherError, Interrupted) as error:
+        log("{}: {}".format(type(error).__name__, error.message))
         if error.hint:
             log("HINT: {}".format(error.hint))
         return error.exit_code

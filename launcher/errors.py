@@ -90,12 +90,21 @@ class TrainerExecError(LauncherError):
         self.exit_code = exit_code
 
 
-class Interrupted(LauncherError):
-    """SIGTERM or SIGINT arrived before the trainer started; exits with 128 + signal."""
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived before the trainer started; exits with 128 + signal.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: it is raised from a signal handler into
+    whatever code is running, and libraries on the wait path catch ``Exception`` broadly
+    (TensorFlow's client rewraps any ``Exception`` as ``ValueError``), which would turn a
+    cancel into an API error.
+    """
+
+    hint = ""
 
     def __init__(self, signum: int, name: str) -> None:
-        super().__init__(
-            "received {} while preparing the job; the trainer was not started".format(name))
+        self.message = "received {} while preparing the job; the trainer was not started".format(
+            name)
+        super().__init__(self.message)
         self.exit_code = 128 + signum
 
 

@@ -65,14 +65,20 @@ def test_sigterm_to_pid1_reaches_the_trainer(trainer_out):
         process.kill()
 
 
-def test_sigterm_while_waiting_for_the_tpu_exits_within_a_second(cloud, trainer_out):
+@pytest.mark.parametrize("api_delay_s", [0.0, 5.0], ids=["between-polls", "inside-a-request"])
+def test_sigterm_while_waiting_for_the_tpu_exits_within_a_second(cloud, trainer_out,
+                                                                 api_delay_s):
+    """Also when the signal lands inside the TPU client's HTTP request, where TensorFlow
+    rewraps any Exception: the cancel must still be a cancel (143), not an API error."""
     cloud.api.answer_with(fake.state("CREATING"))
+    cloud.api.node_delay_s = api_delay_s
     env = fake_trainer_env(trainer_out, TPU_CONFIG=SEED_TPU_CONFIG, LAUNCHER_XLA_RUNTIME="xrt",
                            **cloud.environ)
     process = start_as_pid1(env)
     try:
         init = namespace_init_pid(process.pid)
         assert wait_for(lambda: len(cloud.api.node_requests) >= 2, 60)
+        time.sleep(0.2 if api_delay_s else 0.0)  # now blocked in the request
         sent = time.monotonic()
         os.kill(init, signal.SIGTERM)
         code = process.wait(5)

@@ -72,10 +72,8 @@ class TensorSource(DataSource):
         order = epoch_order(len(self.train_x), self.seed, epoch)
         generator = torch.Generator()
         generator.manual_seed(self.seed * 7919 + epoch)
-        for step in range(self.steps_per_epoch):
+        for step in range(start_step, self.steps_per_epoch):
             index = order[step * self.batch_size:(step + 1) * self.batch_size]
-            if step < start_step:
-                continue
             x = self.train_x[index]
             if self.augment is not None:
                 x = self.augment(x, generator)

@@ -5,13 +5,13 @@ the current step, checkpoint and stop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-import random
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
@@ -20,12 +20,10 @@ from trainer.batches import DataSource
 from trainer.checkpoints import CheckpointStore, to_cpu
 from trainer.config import TrainConfig
 from trainer.errors import EX_PREEMPTED, TrainerError
-from trainer.loop import LoopState, evaluate, steady_examples_per_second, train_epoch
+from trainer.loop import LoopState, evaluate, train_epoch
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
 
 log = logging.getLogger("trainer")
-# Steps excluded from the steady throughput: the first steps compile the graphs.
-COMPILE_STEPS = 3
 
 
 @dataclass
@@ -65,8 +63,6 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     """Train ``spec`` as ``config`` says; returns the summary (also written to the job dir)."""
     started = time.time()
     compiles_before = xla.compile_count()  # the count is per process: report this run's
-    torch.manual_seed(config.seed)
-    random.seed(config.seed)
     dev = xla.device()
     model = spec.model.to(dev)
     data = spec.data
@@ -116,12 +112,13 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
                 state.epoch += 1
                 state.step_in_epoch = 0
                 _log_epoch(state, accuracy, outputs)
-                _save(store, state, model, optimizer, scheduler, outputs)
+                if store is None:
+                    outputs.flush()
+                else:
+                    _save(store, state, model, optimizer, scheduler, outputs)  # also flushes
     finally:
         outputs.flush()
     outputs.save_model(to_cpu(model.state_dict()))
-    train_time = sum(epoch[-1] - epoch[0] for epoch in state.timings)
-    steps_run = sum(len(epoch) - 1 for epoch in state.timings)
     summary = {
         "trainer": spec.name,
         "device": str(xla.device_kind(dev)),
@@ -129,10 +126,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         "final_top5": accuracy.get("top5"),
         "epochs": state.epoch,
         "global_step": state.global_step,
-        "steady_examples_per_second": steady_examples_per_second(
-            state.timings, data.batch_size, COMPILE_STEPS),
-        "examples_per_second_with_compilation": (
-            steps_run * data.batch_size / train_time if train_time > 0 else 0.0),
+        "steady_examples_per_second": state.clock.rate(data.batch_size),
+        "examples_per_second_with_compilation": state.clock.rate(data.batch_size,
+                                                                 steady=False),
         "compile_count": xla.compile_count() - compiles_before,
         "compiles_after_each_epoch": compiles_after_epoch,
         "executions_per_epoch": executions_per_epoch,
@@ -155,21 +151,17 @@ class _StopFlag:
     def is_set(self) -> bool:
         return self._set
 
-    def installed(self):
-        flag = self
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        def handler(signum: int, frame: object) -> None:
+            log.warning("SIGTERM: finishing this step, then checkpointing")
+            self._set = True
 
-        class _Scope:
-            def __enter__(self) -> None:
-                def handler(signum: int, frame: object) -> None:
-                    log.warning("SIGTERM: finishing this step, then checkpointing")
-                    flag._set = True
-
-                self.previous = signal.signal(signal.SIGTERM, handler)
-
-            def __exit__(self, *exc: object) -> None:
-                signal.signal(signal.SIGTERM, self.previous)
-
-        return _Scope()
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 class _ProgressLog:
@@ -203,7 +195,6 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
     outputs.record("eval", dict(accuracy, epoch=state.epoch), state.global_step)
     if "top1" in accuracy:
         outputs.report_hypertune(accuracy["top1"], state.global_step)
-    outputs.flush()
 
 
 def _checkpoint_store(paths: OutputPaths, config: TrainConfig) -> Optional[CheckpointStore]:
@@ -224,8 +215,8 @@ def _save(store: Optional[CheckpointStore], state: LoopState, model: torch.nn.Mo
         "scheduler": scheduler.state_dict(), "epoch": state.epoch,
         "step_in_epoch": state.step_in_epoch, "step": state.global_step,
         "loss_total": float(state.loss_total.item()) if state.loss_total is not None else 0.0,
-        "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()})
-    outputs.flush()
+        "torch_rng": torch.get_rng_state()})
+    outputs.flush()  # metrics up to this step are durable together with the checkpoint
     log.info("checkpoint %s", path)
     return path
 
@@ -239,7 +230,6 @@ def _restore(saved: Dict[str, Any], model: torch.nn.Module, optimizer: torch.opt
     state.global_step = saved["step"]
     state.loss_total = torch.tensor([saved.get("loss_total", 0.0)]).to(dev)
     torch.set_rng_state(saved["torch_rng"])
-    random.setstate(saved["python_rng"])
 
 
 def _every(steps: int, action: Callable[[LoopState], Any]) -> Optional[Callable[[LoopState],

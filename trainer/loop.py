@@ -12,11 +12,55 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Optional, Sequence
 
 import torch
 
 from trainer import xla
+
+
+@dataclass
+class StepClock:
+    """Training time, accumulated per step: throughput figures without keeping a timestamp
+    per step. Time between ``stop()`` and the next ``start()`` (evaluation, checkpoints) is
+    not counted; the first ``skip`` steps (they compile the graphs) are left out of the
+    steady figures."""
+
+    skip: int = 3
+    steps: int = 0
+    seconds: float = 0.0
+    steady_steps: int = 0
+    steady_seconds: float = 0.0
+    _last: Optional[float] = None
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+
+    def tick(self) -> None:
+        """One step was dispatched."""
+        self._add_time()
+        self.steps += 1
+        if self.steps > self.skip:
+            self.steady_steps += 1
+
+    def stop(self) -> None:
+        """The epoch's last step has finished; stop counting time."""
+        self._add_time()
+        self._last = None
+
+    def _add_time(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            self.seconds += now - self._last
+            if self.steps >= self.skip:
+                self.steady_seconds += now - self._last
+        self._last = now
+
+    def rate(self, batch_size: int, steady: bool = True) -> float:
+        """Examples/s, steady (compilation left out) or including compilation."""
+        steps, seconds = ((self.steady_steps, self.steady_seconds) if steady
+                          else (self.steps, self.seconds))
+        return steps * batch_size / seconds if seconds > 0 else 0.0
 
 
 @dataclass
@@ -27,9 +71,7 @@ class LoopState:
     step_in_epoch: int = 0
     global_step: int = 0
     loss_total: Optional[torch.Tensor] = None
-    # Host time at each step's dispatch, one list per epoch run, so throughput figures can
-    # leave out what happens between epochs (evaluation, checkpoints).
-    timings: List[List[float]] = field(default_factory=list)
+    clock: StepClock = field(default_factory=StepClock)
 
 
 def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -66,14 +108,13 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     dev = next(model.parameters()).device
     if state.loss_total is None:
         state.loss_total = device_zero(dev)
-    epoch_timings = [time.perf_counter()]
-    state.timings.append(epoch_timings)
+    state.clock.start()
     for x, y in batches:
         state.loss_total = train_step(model, optimizer, scheduler, loss_fn, x, y,
                                       state.loss_total)
         state.step_in_epoch += 1
         state.global_step += 1
-        epoch_timings.append(time.perf_counter())
+        state.clock.tick()
         if log_steps and state.global_step % log_steps == 0:
             xla.add_step_closure(on_log, (state.global_step, state.loss_total))
         if on_step is not None:
@@ -82,8 +123,8 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             xla.sync()
             return True
     xla.sync()
-    xla.wait()  # once per epoch: the epoch's timings end when its last step has finished
-    epoch_timings.append(time.perf_counter())
+    xla.wait()  # once per epoch: the epoch's time ends when its last step has finished
+    state.clock.stop()
     return False
 
 
@@ -106,13 +147,3 @@ def evaluate(model: torch.nn.Module, batches: Iterable, topk: Sequence[int] = (1
     count = int(seen.item())
     return {"top{}".format(k): (float(total.item()) / count if count else 0.0)
             for total, k in zip(correct, topk)}
-
-
-def steady_examples_per_second(timings: Sequence[Sequence[float]], batch_size: int,
-                               skip: int) -> float:
-    """Training examples/s, leaving out the run's first ``skip`` steps (they compile) and
-    the time between epochs."""
-    intervals = [later - earlier for epoch in timings for earlier, later in zip(epoch, epoch[1:])]
-    steady = intervals[skip:]
-    elapsed = sum(steady)
-    return len(steady) * batch_size / elapsed if elapsed > 0 else 0.0

@@ -55,8 +55,7 @@ def build_data(config: TrainConfig) -> DataSource:
                           FAKE_TRAIN_EXAMPLES // config.batch_size,
                           FAKE_EVAL_EXAMPLES // (config.eval_batch_size or config.batch_size),
                           seed=config.seed)
-    train_x, train_y = mnist_data.load_split(config.data_dir, "train")
-    eval_x, eval_y = mnist_data.load_split(config.data_dir, "test")
+    (train_x, train_y), (eval_x, eval_y) = mnist_data.load_splits(config.data_dir)
     return TensorSource(train_x, train_y, eval_x, eval_y, config.batch_size, config.seed,
                         augment=mnist_data.random_shift,
                         eval_batch_size=config.eval_batch_size or config.batch_size)

@@ -12,7 +12,7 @@ import gzip
 import os
 import struct
 import zlib
-from typing import Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -26,15 +26,27 @@ FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tpu-xla-trainer")
 
 
-def load_split(data_dir: str, split: str, cache_dir: str = DEFAULT_CACHE
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Normalised images (N, 1, 28, 28) float32 and labels (N,) int64 of ``split``."""
+def default_cache_dir() -> str:
+    """Where gs:// files are cached: ``~/.cache/tpu-xla-trainer`` (resolved at call time)."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "tpu-xla-trainer")
+
+
+def load_splits(data_dir: str, splits: Sequence[str] = ("train", "test"),
+                cache_dir: Optional[str] = None) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    """For each split, normalised images (N, 1, 28, 28) float32 and labels (N,) int64.
+
+    ``data_dir`` is opened once, so a gs:// source costs one storage client for all files.
+    """
+    source = _Source(data_dir, cache_dir or default_cache_dir())
+    return [_load_split(source, split) for split in splits]
+
+
+def _load_split(source: "_Source", split: str) -> Tuple[torch.Tensor, torch.Tensor]:
     images_name, labels_name = FILES[split]
-    images = read_idx(local_copy(data_dir, images_name, cache_dir), _IMAGES_MAGIC)
-    labels = read_idx(local_copy(data_dir, labels_name, cache_dir), _LABELS_MAGIC)
+    images = read_idx(source.local_copy(images_name), _IMAGES_MAGIC)
+    labels = read_idx(source.local_copy(labels_name), _LABELS_MAGIC)
     if len(images) != len(labels):
         raise DataError("{} has {} images but {} has {} labels".format(
             images_name, len(images), labels_name, len(labels)),
@@ -47,27 +59,35 @@ def load_split(data_dir: str, split: str, cache_dir: str = DEFAULT_CACHE
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
-def local_copy(data_dir: str, name: str, cache_dir: str) -> str:
-    """Path of a local file holding ``name`` or ``name.gz`` from ``data_dir``."""
-    directory = open_dir(data_dir) if data_dir.startswith("gs://") else None
-    for candidate in (name + ".gz", name):
-        if directory is None:
-            path = os.path.join(data_dir, candidate)
-            if os.path.isfile(path):
+class _Source:
+    """A local folder, or a gs:// prefix whose files are downloaded once into a cache."""
+
+    def __init__(self, data_dir: str, cache_dir: str) -> None:
+        self.data_dir, self.cache_dir = data_dir, cache_dir
+        self.bucket = open_dir(data_dir) if data_dir.startswith("gs://") else None
+
+    def local_copy(self, name: str) -> str:
+        """Path of a local file holding ``name`` or ``name.gz``."""
+        for candidate in (name + ".gz", name):
+            path = (self._cached(candidate) if isinstance(self.bucket, GcsDirectory)
+                    else os.path.join(self.data_dir, candidate))
+            if path is not None and os.path.isfile(path):
                 return path
-            continue
-        assert isinstance(directory, GcsDirectory)
-        size = directory.size(candidate)
+        raise DataError("MNIST file {} (or {}.gz) not found in {}".format(
+            name, name, self.data_dir),
+            "--data_dir must hold the four standard MNIST IDX files; or use --fake_data")
+
+    def _cached(self, candidate: str) -> Optional[str]:
+        size = self.bucket.size(candidate)
         if size is None:
-            continue
-        cached = os.path.join(cache_dir, directory.bucket_name, directory.prefix, candidate)
+            return None
+        cached = os.path.join(self.cache_dir, self.bucket.bucket_name, self.bucket.prefix,
+                              candidate)
         if not (os.path.isfile(cached) and os.path.getsize(cached) == size):
             os.makedirs(os.path.dirname(cached), exist_ok=True)
-            directory.download_to(candidate, cached + ".part")
+            self.bucket.download_to(candidate, cached + ".part")
             os.replace(cached + ".part", cached)
         return cached
-    raise DataError("MNIST file {} (or {}.gz) not found in {}".format(name, name, data_dir),
-                    "--data_dir must hold the four standard MNIST IDX files; or use --fake_data")
 
 
 def read_idx(path: str, magic: int) -> np.ndarray:

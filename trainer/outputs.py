@@ -70,6 +70,7 @@ class RunOutputs:
                                          else None)
             self._tensorboard_local = local
         self._hypertune = None
+        self._uploaded: Dict[str, int] = {}  # gs:// object -> size of the local file uploaded
 
     def _start_metrics(self, resume_step: int) -> Optional[str]:
         if self.model_dir is None:
@@ -83,11 +84,13 @@ class RunOutputs:
             previous = []
         kept = [line for line in previous if _step_of(line) is not None
                 and _step_of(line) <= resume_step] if resume_step else previous
-        content = "".join(line + "\n" for line in kept)
+        if local and kept == previous:
+            return path  # appending continues the file as it is
+        content = "".join(line + "\n" for line in kept).encode()
         if local:
-            self.model_dir.write_bytes(METRICS, content.encode())
+            self.model_dir.write_bytes(METRICS, content)
         else:
-            with open(path, "w") as handle:
+            with open(path, "wb") as handle:
                 handle.write(content)
         return path
 
@@ -113,16 +116,25 @@ class RunOutputs:
             hyperparameter_metric_tag=self.hypertune_tag, metric_value=value, global_step=step)
 
     def flush(self) -> None:
-        """Make everything written so far durable in the job dir."""
+        """Make everything written so far durable in the job dir. For gs://, only files that
+        changed since the last flush are uploaded."""
         if self._writer is not None:
             self._writer.flush()
             if not isinstance(self._tensorboard_dir, LocalDirectory):
                 for name in sorted(os.listdir(self._tensorboard_local)):
-                    self._tensorboard_dir.upload_file(
-                        os.path.join(self._tensorboard_local, name), name)
+                    self._upload_if_changed(os.path.join(self._tensorboard_local, name),
+                                            self._tensorboard_dir, name)
         if self._metrics_path and self.model_dir is not None and not isinstance(
                 self.model_dir, LocalDirectory):
-            self.model_dir.upload_file(self._metrics_path, METRICS)
+            self._upload_if_changed(self._metrics_path, self.model_dir, METRICS)
+
+    def _upload_if_changed(self, local_path: str, directory: Directory, name: str) -> None:
+        # Both files are append-only, so their size tells whether they changed.
+        size = os.path.getsize(local_path)
+        key = directory.join(name)
+        if self._uploaded.get(key) != size:
+            directory.upload_file(local_path, name)
+            self._uploaded[key] = size
 
     def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self.model_dir is not None:

@@ -52,12 +52,9 @@ def test_two_epochs_on_real_digits_reach_a_sane_accuracy():
 
 @needs_mnist
 def test_gcs_job_dir_and_data(gcs, tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))  # a fresh download cache
+    monkeypatch.setenv("HOME", str(tmp_path))  # a fresh download cache under this test
     data_uri = copy_mnist_to_bucket(gcs)
     job_uri = "gs://{}/jobs/run-1".format(gcs.name)
-
-    from trainer import mnist_data
-    monkeypatch.setattr(mnist_data, "DEFAULT_CACHE", str(tmp_path / "cache"))
     summary = mnist.run(TrainConfig(data_dir=data_uri, num_epochs=1, num_steps=10,
                                     log_steps=5, job_dir=job_uri),
                         paths=OutputPaths.resolve(job_uri, {}))
@@ -69,3 +66,4 @@ def test_gcs_job_dir_and_data(gcs, tmp_path, monkeypatch):
     uploaded = json.loads(gcs.blob("jobs/run-1/summary.json").download_as_bytes())
     assert uploaded["global_step"] == summary["global_step"] == 10
     assert len(gcs.blob("jobs/run-1/metrics.jsonl").download_as_bytes().splitlines()) == 3
+    assert len(list((tmp_path / ".cache" / "tpu-xla-trainer").rglob("*.gz"))) == 4

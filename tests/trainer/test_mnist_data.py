@@ -9,7 +9,7 @@ import pytest
 
 from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
 from trainer.errors import DataError
-from trainer.mnist_data import load_split, random_shift, read_idx
+from trainer.mnist_data import load_splits, random_shift, read_idx
 
 
 def write_idx(path, array, magic):
@@ -23,7 +23,7 @@ def test_reads_plain_and_gzipped_files(tmp_path):
     write_idx(labels_raw, np.array([3, 7]), 2049)
     with gzip.open(tmp_path / "train-labels-idx1-ubyte.gz", "wb") as handle:
         handle.write(labels_raw.read_bytes())
-    x, y = load_split(str(tmp_path), "train")
+    [(x, y)] = load_splits(str(tmp_path), ["train"])
     assert x.shape == (2, 1, 28, 28) and y.tolist() == [3, 7]
 
 @pytest.mark.parametrize("damage, message", [
@@ -40,7 +40,7 @@ def test_damaged_files_are_named(tmp_path, damage, message):
 
 def test_missing_file_names_it_and_the_folder(tmp_path):
     with pytest.raises(DataError, match="train-images-idx3-ubyte .* not found in"):
-        load_split(str(tmp_path), "train")
+        load_splits(str(tmp_path), ["train"])
 
 def test_corrupt_gzip_is_a_data_error(tmp_path):
     (tmp_path / "x.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
@@ -51,18 +51,18 @@ def test_corrupt_gzip_is_a_data_error(tmp_path):
 def test_reads_from_gcs_once_into_the_cache(gcs, tmp_path):
     uri = copy_mnist_to_bucket(gcs)
     cache = tmp_path / "cache"
-    x, y = load_split(uri, "test", cache_dir=str(cache))
+    [(x, y)] = load_splits(uri, ["test"], cache_dir=str(cache))
     assert x.shape == (2000, 1, 28, 28) and set(y.tolist()) == set(range(10))
     cached = sorted(p.name for p in cache.rglob("*.gz"))
     assert cached == ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
     stamps = {p: p.stat().st_mtime_ns for p in cache.rglob("*.gz")}
-    assert load_split(uri, "test", cache_dir=str(cache))[1].shape == (2000,)
+    assert load_splits(uri, ["test"], cache_dir=str(cache))[0][1].shape == (2000,)
     assert {p: p.stat().st_mtime_ns for p in cache.rglob("*.gz")} == stamps  # not downloaded
 
 @needs_mnist
 def test_real_subset_shapes(tmp_path):
     shutil.copytree(str(MNIST_SUBSET), str(tmp_path / "m"))
-    x, y = load_split(str(tmp_path / "m"), "train")
+    [(x, y)] = load_splits(str(tmp_path / "m"), ["train"])
     assert x.shape == (8000, 1, 28, 28) and abs(float(x.mean())) < 0.1
 
 def test_random_shift_keeps_shape_and_moves_pixels():

@@ -31,3 +31,19 @@ def test_resume_drops_metric_lines_after_the_restored_step(tmp_path):
     outputs.close()
     steps = [json.loads(line)["step"] for line in (tmp_path / METRICS).read_text().splitlines()]
     assert steps == [5, 10, 15]
+
+
+def test_gcs_flush_uploads_only_what_changed(gcs):
+    uri = "gs://{}/job".format(gcs.name)
+    outputs = RunOutputs(OutputPaths.resolve(uri, {}))
+    outputs.record("train", {"loss": 1.0}, 1)
+    outputs.flush()
+    first = gcs.get_blob("job/metrics.jsonl").generation
+    outputs.flush()  # nothing new: no upload
+    assert gcs.get_blob("job/metrics.jsonl").generation == first
+    outputs.record("train", {"loss": 0.5}, 2)
+    outputs.close()
+    assert gcs.get_blob("job/metrics.jsonl").generation != first
+    assert len(gcs.blob("job/metrics.jsonl").download_as_bytes().splitlines()) == 2
+    assert any(blob.name.startswith("job/tensorboard/events.out.tfevents")
+               for blob in gcs.list_blobs(prefix="job/"))

@@ -61,6 +61,8 @@ class FakeCloudTpuApi:
         self._lock = threading.Lock()
         self._script: List[Answer] = list(script)
         self.node_requests: List[float] = []  # monotonic time of each node GET
+        self.node_paths: List[str] = []  # the path of each node GET
+        self.node_delay_s = 0.0  # hold each node answer this long (a slow API)
         self.server = _Server(("127.0.0.1", port), self._handler())
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -75,9 +77,10 @@ class FakeCloudTpuApi:
         with self._lock:
             self._script = list(answers)
 
-    def _next_answer(self) -> Answer:
+    def _next_answer(self, path: str) -> Answer:
         with self._lock:
             self.node_requests.append(time.monotonic())
+            self.node_paths.append(path)
             return self._script.pop(0) if len(self._script) > 1 else self._script[0]
 
     def _discovery(self) -> dict:
@@ -111,7 +114,8 @@ class FakeCloudTpuApi:
                 if self.path.startswith("/discovery/"):
                     return _reply(self, 200, api._discovery())
                 if self.path.startswith("/v1/projects/"):
-                    status, body = api._next_answer()
+                    status, body = api._next_answer(self.path)
+                    time.sleep(api.node_delay_s)
                     return _reply(self, status, body)
                 return _reply(self, 404, {"error": {"code": 404, "message": "no route"}})
 
@@ -159,13 +163,7 @@ class FakeMetadataServer:
                 content_type, body = routes.get(path, (None, ""))
                 if content_type is None:
                     return _reply(self, 404, "not found")
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                _reply(self, 200, body, content_type, {"Metadata-Flavor": "Google"})
 
             def log_message(self, *args) -> None:
                 pass
@@ -183,11 +181,16 @@ class FakeMetadataServer:
         self.server.server_close()
 
 
-def _reply(handler: BaseHTTPRequestHandler, status: int, body) -> None:
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: Union[dict, str, None],
+           content_type: Optional[str] = None, headers: Optional[Dict[str, str]] = None
+           ) -> None:
+    """Send ``body`` (JSON for dicts, text otherwise) with ``status`` and extra ``headers``."""
     data = (body if isinstance(body, str) else json.dumps(body)).encode()
     handler.send_response(status)
-    handler.send_header("Content-Type", "application/json" if not isinstance(body, str)
-                        else "text/plain")
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Type", content_type or (
+        "text/plain" if isinstance(body, str) else "application/json"))
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)

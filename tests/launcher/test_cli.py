@@ -1,7 +1,6 @@
 """launcher.cli: argument splitting, options from the environment, and main()'s contract
 (one error line plus a HINT, documented exit codes, never a traceback)."""
 
-import json
 import sys
 
 import pytest
@@ -136,4 +135,3 @@ def test_fuzz_main_never_tracebacks(environ):
         named = [name for name in environ if name in lines[0]]
         assert named, lines[0]
     assert "Traceback" not in err.getvalue()
-    json.dumps(environ)

@@ -140,5 +140,6 @@ def test_ready_without_endpoints_is_malformed(api_env):
 def test_zone_and_project_come_from_metadata_when_only_the_name_is_known(api_env):
     assert resolve(node=TpuNodeRef(fake.NODE))[0] == "10.240.1.2:8470"
     # The metadata server's project and zone are the ones the API was asked about.
-    assert api_env.api.node_paths[-1] == "/v1/projects/{}/locations/{}/nodes/{}".format(
-        fake.PROJECT, fake.ZONE, fake.NODE)
+    path = api_env.api.node_paths[-1].split("?")[0]
+    assert path == "/v1/projects/{}/locations/{}/nodes/{}".format(fake.PROJECT, fake.ZONE,
+                                                                  fake.NODE)

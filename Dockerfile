@@ -1,11 +1,12 @@
 # PyTorch/XLA training image: the launcher is the entrypoint; it configures torch_xla for the
 # platform (TPU node, TPU VM or CPU) and execs the trainer.
 #
-# Profiles (make build RUNTIME=xrt|pjrt):
-#   xrt  (default) gcr.io/tpu-pytorch/xla:r1.12_3.7 - legacy AI Platform, TPU node, XRT
+# Profiles (make build RUNTIME=xrt|pjrt; BuildKit, the default builder since Docker 23):
+#   xrt  (default) gcr.io/tpu-pytorch/xla:r1.11_3.7 - legacy AI Platform, TPU node, XRT;
+#                  pairs with tpuTfVersion pytorch-1.11 (the table: jobspec/images.py)
 #   pjrt           us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
 #                  - Vertex AI / TPU VM, PJRT
-ARG BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.12_3.7
+ARG BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.11_3.7
 # Both profiles come from trusted registries (.hadolint.yaml); hadolint cannot see through
 # the ARG, and tests/delivery checks the defaults.
 # hadolint ignore=DL3026
@@ -19,7 +20,12 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /app
 COPY requirements/image-${RUNTIME}.txt /tmp/requirements.txt
-RUN pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
+# A CA bundle pip must trust (a TLS-inspecting proxy, a test machine) may be passed as the
+# build secret pip_cert (docker build --secret id=pip_cert,src=FILE); secrets are mounted for
+# this step only and never stored in a layer. Without it, pip uses its own bundle.
+RUN --mount=type=secret,id=pip_cert \
+    if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    python -m pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
 
 COPY launcher/ /app/launcher/
 COPY trainer/ /app/trainer/

@@ -6,12 +6,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench lock clean venv build push cloudbuild check-job submit \
-        submit-vertex local-run
+.PHONY: run test test-images lint bench lock clean venv build push cloudbuild check-job submit \
+        submit-vertex local-run standin-base
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
+# The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
 RUNTIME ?= xrt
-BASE_IMAGE_xrt := gcr.io/tpu-pytorch/xla:r1.12_3.7
+BASE_IMAGE_xrt := gcr.io/tpu-pytorch/xla:r1.11_3.7
 BASE_IMAGE_pjrt := us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
 BASE_IMAGE ?= $(BASE_IMAGE_$(RUNTIME))
 PROJECT ?=
@@ -33,6 +34,7 @@ GCLOUD ?= gcloud
 LOCAL_TF_CONFIG ?= {"cluster":{"master":["127.0.0.1:2222"]},"environment":"cloud","task":{"type":"master","index":0}}
 LOCAL_TPU_CONFIG ?= {"project": "YOUR_PROJECT", "zone": "us-central1-b", "tpu_node_name": "YOUR_TPU"}
 
+comma := ,
 require = $(if $(strip $($(1))),,$(error $(1) is not set: make $@ $(1)=...))
 check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt or pjrt, got '$(RUNTIME)'))
 
@@ -57,17 +59,36 @@ test: lint
 	$(PY) -m pytest tests/launcher tests/delivery -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer
+	$(MAKE) --no-print-directory test-images
+
+## test-images: build both stand-in bases and both images with a real Docker engine and run
+## real containers through what users do (tests/images). Starts its own dockerd when it is
+## root and none answers at DOCKER_HOST; fails with one line when it cannot.
+test-images: $(STAMP)
+	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m pytest tests/images
 
 ## build / push: the image for RUNTIME (xrt: TPU node, legacy AI Platform; pjrt: TPU VM).
+## PIP_CERT (pip's own setting): a CA bundle pip must trust inside the build, passed as a
+## build secret, so it never lands in a layer. DOCKER_BUILD_ARGS adds docker build options
+## (e.g. --network host on an engine without a bridge network).
+DOCKER_BUILD_ARGS ?=
 build:
 	$(call check_runtime)
 	$(call require,PROJECT)
-	$(DOCKER) build --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg RUNTIME=$(RUNTIME) \
+	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_ARGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) \
+		--build-arg RUNTIME=$(RUNTIME) $(if $(PIP_CERT),--secret id=pip_cert$(comma)src=$(PIP_CERT)) \
 		-t $(IMAGE_URI) .
 
 push:
+	$(call check_runtime)
 	$(call require,PROJECT)
 	$(DOCKER) push $(IMAGE_URI)
+
+## standin-base: a local stand-in for RUNTIME's base image (tpu-standin:xrt|pjrt), made from
+## nothing on this machine (debootstrap, pyenv's CPython, PyPI): see standin/build.sh.
+standin-base:
+	$(call check_runtime)
+	DOCKER=$(DOCKER) standin/build.sh $(RUNTIME)
 
 ## cloudbuild: build and push with Cloud Build instead of a local Docker engine.
 cloudbuild:
@@ -81,6 +102,7 @@ check-job: $(STAMP)
 	$(call require,PROJECT)
 	mkdir -p build
 	$(PY) -m jobspec check $(CONFIG) --image $(IMAGE_URI) --region $(REGION) \
+		--base-image $(BASE_IMAGE) \
 		$(foreach arg,$(JOB_ARGS),--container-arg=$(arg)) --write $(RENDERED)
 
 ## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31).
@@ -91,16 +113,18 @@ submit: check-job
 
 ## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt).
 submit-vertex: CONFIG = $(VERTEX_CONFIG)
-submit-vertex: TAG = pjrt
+submit-vertex: RUNTIME = pjrt
 submit-vertex: check-job
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
 		--display-name $(JOB_NAME) --config $(RENDERED)
 
 ## local-run: rehearse in the image with the entrypoint overridden and fake platform variables,
 ## as the original article did; --dry-run prints what the launcher would export and run.
+## DOCKER_RUN_ARGS adds docker run options (e.g. --network host -e TPU_API_DISCOVERY_URL=...).
+DOCKER_RUN_ARGS ?=
 local-run:
 	$(call require,PROJECT)
-	$(DOCKER) run --rm --shm-size 16G --entrypoint python \
+	$(DOCKER) run --rm --shm-size 16G --entrypoint python $(DOCKER_RUN_ARGS) \
 		-e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
 		$(IMAGE_URI) -m launcher --dry-run $(JOB_ARGS)
 
@@ -109,7 +133,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher trainer jobspec tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
 		--backport dataclasses --backport typing launcher trainer
-	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/hadolint Dockerfile standin/xrt.Dockerfile standin/pjrt.Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.cloudbuild cloudbuild.yaml
 	$(PY) -m jobspec cloudbuild cloudbuild.yaml
 	$(VENV)/bin/yamllint -s -d '{extends: default, rules: {line-length: {max: 100}, document-start: disable}}' \

@@ -8,8 +8,10 @@ servers; ``tpuTfVersion`` set for custom containers; a real image URI. Vertex AI
 ``CustomJobSpec`` with ``workerPoolSpecs``, for ``gcloud ai custom-jobs create --config``) is
 checked against ``aiplatform.v1``. A region outside us-central1/europe-west4 is a warning.
 
-``--image`` replaces the template's image URIs before checking, ``--write`` saves the result
-(what ``make submit`` sends). Each finding is one line: level, YAML path, problem, fix.
+``--base-image`` checks the image's base against the platform and ``tpuTfVersion`` (the pairing
+table in ``jobspec.images``). ``--image`` replaces the template's image URIs before checking,
+``--write`` saves the result (what ``make submit`` sends). Each finding is one line: level,
+YAML path, problem, fix.
 Exit code: 0 valid, 1 errors found, 2 unreadable file.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from jobspec.api import enum, fields
+from jobspec.images import PJRT, XRT, XRT_BASE_RUNTIMES, runtime_of_base
 
 ML, VERTEX = "ml.v1", "aiplatform.v1"
 TPU_COUNTS = {"TPU_V2": (8,), "TPU_V3": (8,), "TPU_V2_POD": (32, 128, 256, 512),
@@ -54,6 +57,35 @@ def check_job(job: Any, region: Optional[str] = None) -> List[Finding]:
         return _check_vertex(job, region) + _placeholders(job, "")
     return [Finding("error", "(top)", "neither trainingInput (AI Platform) nor workerPoolSpecs "
                     "(Vertex AI) found", "start from a template in config/")]
+
+
+def check_pairing(job: Any, base_image: str) -> List[Finding]:
+    """The image's base against where the job runs it (table: ``jobspec.images``).
+
+    A TPU node (legacy AI Platform) needs an XRT base whose torch_xla matches the node's
+    runtime (``tpuTfVersion``); a TPU VM (Vertex AI) needs the PJRT base.
+    """
+    runtime = runtime_of_base(base_image)
+    if runtime is None or not isinstance(job, dict):
+        return []  # a custom base: nothing known to compare
+    spec = job.get("trainingInput")
+    if isinstance(spec, dict):
+        path = "trainingInput.workerConfig.tpuTfVersion"
+        if runtime == PJRT:
+            return [Finding("error", "trainingInput", "a TPU node needs the xrt image, but the "
+                            "image is built on {}".format(base_image),
+                            "make build RUNTIME=xrt (or submit to Vertex AI)")]
+        version = (spec.get("workerConfig") or {}).get("tpuTfVersion")
+        wanted = XRT_BASE_RUNTIMES[base_image]
+        if version is not None and str(version) != wanted:
+            return [Finding("error", path, "is {!r}, but the image's torch_xla ({}) only talks to "
+                            "a {} TPU runtime".format(version, base_image, wanted),
+                            'set tpuTfVersion: "{}"'.format(wanted))]
+    elif "workerPoolSpecs" in job and runtime == XRT:
+        return [Finding("error", "workerPoolSpecs", "Vertex AI runs TPU VMs, which need the pjrt "
+                        "image, but the image is built on {}".format(base_image),
+                        "make build push RUNTIME=pjrt")]
+    return []
 
 
 def _check_ai_platform(job: Dict[str, Any], region: Optional[str]) -> List[Finding]:
@@ -244,6 +276,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     check.add_argument("file")
     check.add_argument("--image", help="image URI to put into the job before checking")
     check.add_argument("--region", help="region the job is submitted to (for the warning)")
+    check.add_argument("--base-image", help="the image's base (make passes BASE_IMAGE): checks "
+                       "it against the platform and tpuTfVersion")
     check.add_argument("--write", help="write the (image-filled) job here when it is valid")
     check.add_argument("--container-arg", action="append", default=[], dest="container_args",
                        help="Vertex AI: an argument for the container (repeatable)")
@@ -265,8 +299,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         set_image(job, args.image)
     if args.container_args and isinstance(job, dict):
         set_container_args(job, args.container_args)
-    return _report(args.file, check_job(job, args.region), job if args.write else None,
-                   args.write)
+    findings = check_job(job, args.region)
+    if args.base_image:
+        findings += check_pairing(job, args.base_image)
+    return _report(args.file, findings, job if args.write else None, args.write)
 
 
 def _report(path: str, findings: List[Finding], job: Any, write: Optional[str] = None) -> int:

@@ -25,7 +25,7 @@ from launcher.errors import ConfigError
 from launcher.platforms.base import EXPLICIT, LOCAL, TPU_NODE, TPU_VM, Platform
 from launcher.runtime import PJRT, XRT, XlaRuntime
 
-XRT_IMAGE = "gcr.io/tpu-pytorch/xla:r1.12_3.7"
+XRT_IMAGE = "gcr.io/tpu-pytorch/xla:r1.11_3.7"
 TPU_NODE_PORT = 8470
 # torch_xla 1.x conventions for a TPU VM's local service and the XRT CPU device.
 XRT_TPU_VM_CONFIG = "localservice;0;localhost:51011"

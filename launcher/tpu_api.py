@@ -1,7 +1,8 @@
 """Read a TPU node's state, health and address through TensorFlow's Cloud TPU client.
 
-The address comes from the real ``TPUClusterResolver``; state and health from TensorFlow's
-``Client``, the class the resolver itself uses (the resolver ignores health). TensorFlow is
+The address comes from the real ``TPUClusterResolver``; state and health from the Cloud TPU
+``Client`` class the resolver itself uses (``cloud_tpu_client``'s when installed, else
+TensorFlow's copy of it); the resolver alone ignores health. TensorFlow is
 imported only when a ``NodeProbe`` is made: it costs seconds and hundreds of MB, and only the
 TPU node path needs it.
 
@@ -50,11 +51,14 @@ class NodeProbe:
         # TF's metadata and API requests have no timeout; a hung socket must not outlive the
         # deadline. This process only resolves and then execs, so the global is harmless.
         socket.setdefaulttimeout(REQUEST_TIMEOUT_S)
-        from tensorflow.python.distribute.cluster_resolver.tpu.tpu_cluster_resolver import (
-            TPUClusterResolver,
-        )
-        from tensorflow.python.tpu.client.client import Client
+        from tensorflow.python.distribute.cluster_resolver.tpu import tpu_cluster_resolver
 
+        # The resolver module imports cloud-tpu-client's Client when that package is installed
+        # (the XRT base images ship it) and TensorFlow's own otherwise. Both define the same
+        # absl flags, so importing the other one as well dies with DuplicateFlagError: use the
+        # class the resolver picked.
+        Client = tpu_cluster_resolver.client.Client
+        TPUClusterResolver = tpu_cluster_resolver.TPUClusterResolver
         self.node = node
         try:
             self._client = Client(tpu=node.name, zone=node.zone, project=node.project)

@@ -8,9 +8,9 @@ import yaml
 
 from conftest import REPO
 from image import read_image
-
-BASES = {"xrt": "gcr.io/tpu-pytorch/xla:r1.12_3.7",
-         "pjrt": "us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm"}
+from jobspec.images import DEFAULT_BASES as BASES
+from jobspec.images import XRT_BASE_RUNTIMES
+from launcher.runtime_env import XRT_IMAGE
 
 
 @pytest.mark.parametrize("runtime", ["xrt", "pjrt"])
@@ -58,3 +58,14 @@ def test_dockerignore_keeps_tests_venv_and_data_out():
              if line.strip() and not line.startswith("#")]
     assert rules[0] == "*" and "!launcher/" in rules and "!trainer/" in rules
     assert not any(rule.startswith("!tests") or rule.startswith("!.venv") for rule in rules)
+
+
+def test_every_default_follows_the_pairing_table():
+    """The default XRT base is the one legacy AI Platform's newest runtime accepts."""
+    assert XRT_BASE_RUNTIMES[BASES["xrt"]] == "pytorch-1.11"
+    cloudbuild = yaml.safe_load((REPO / "cloudbuild.yaml").read_text())
+    assert cloudbuild["substitutions"]["_BASE_IMAGE"] == BASES["xrt"]
+    assert XRT_IMAGE == BASES["xrt"]  # named by the launcher's TPU-node-on-PJRT hint
+    for template in sorted((REPO / "config").glob("ai-platform-*.yaml")):
+        worker = yaml.safe_load(template.read_text())["trainingInput"]["workerConfig"]
+        assert worker["tpuTfVersion"] == XRT_BASE_RUNTIMES[BASES["xrt"]], template.name

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from jobspec.check import check_job, set_image
+from jobspec.check import check_job, check_pairing, set_image
 from jobspec.cloudbuild import check_cloudbuild
+from jobspec.images import PJRT_BASE
 
 TEMPLATES = sorted((REPO / "config").glob("*.yaml"))
 V3 = yaml.safe_load((REPO / "config" / "ai-platform-tpu-v3.yaml").read_text())
@@ -96,3 +97,26 @@ def test_cloudbuild_rules_the_schema_misses():
     build["substitutions"]["RUNTIME"] = "xrt"
     paths = {f.path for f in check_cloudbuild(build)}
     assert {"steps[1].name", "substitutions.RUNTIME"} <= paths
+
+
+@pytest.mark.parametrize("base, version, problem", [
+    ("gcr.io/tpu-pytorch/xla:r1.11_3.7", "pytorch-1.11", None),
+    ("gcr.io/tpu-pytorch/xla:r1.12_3.7", "pytorch-1.12", None),
+    ("gcr.io/tpu-pytorch/xla:r1.12_3.7", "pytorch-1.11", "pytorch-1.12"),
+    ("gcr.io/tpu-pytorch/xla:r1.11_3.7", "2.11", "pytorch-1.11"),
+    (PJRT_BASE, "pytorch-1.11", "needs the xrt image"),
+    ("my-registry/custom:base", "banana", None),  # a custom base: nothing known to compare
+])
+def test_xrt_base_must_match_the_tpu_runtime(base, version, problem):
+    job = copy.deepcopy(V3)
+    job["trainingInput"]["workerConfig"]["tpuTfVersion"] = version
+    findings = check_pairing(job, base)
+    assert [f.level for f in findings] == ([] if problem is None else ["error"])
+    assert problem is None or problem in str(findings[0])
+
+
+def test_vertex_needs_the_pjrt_base():
+    spec = yaml.safe_load((REPO / "config" / "vertex-tpu.yaml").read_text())
+    assert check_pairing(spec, PJRT_BASE) == []
+    [finding] = check_pairing(spec, "gcr.io/tpu-pytorch/xla:r1.11_3.7")
+    assert finding.path == "workerPoolSpecs" and "RUNTIME=pjrt" in finding.fix

@@ -26,8 +26,10 @@ def tools(tmp_path):
         script.write_text(RECORDER.format(log=log))
         script.chmod(0o755)
 
-    def make(*args):
+    def make(*args, **environ):
         env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"])
+        env.pop("PIP_CERT", None)  # this machine's pip setting; tests pass it explicitly
+        env.update(environ)
         result = subprocess.run(["make", "--no-print-directory", "-C", str(REPO)] + list(args),
                                 env=env, capture_output=True, text=True, timeout=300)
         calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() \
@@ -51,12 +53,25 @@ def test_build_and_push(tools):
     assert calls == [["docker", "push", "gcr.io/my-proj/pytorch-xla-trainer:xrt"]]
 
 
+def test_build_passes_pip_cert_as_a_secret_not_an_argument(tools, tmp_path):
+    result, [call] = tools("build", "PROJECT=my-proj", PIP_CERT=str(tmp_path / "ca.pem"))
+    assert result.returncode == 0, result.stderr
+    assert call[call.index("--secret") + 1] == "id=pip_cert,src={}".format(tmp_path / "ca.pem")
+    assert not any("ca.pem" in arg for arg in call if arg.startswith("BASE_IMAGE="))
+
+
+def test_push_refuses_an_unknown_runtime(tools):
+    result, calls = tools("push", "PROJECT=my-proj", "RUNTIME=bogus")
+    assert result.returncode != 0 and calls == []
+    assert "RUNTIME must be xrt or pjrt, got 'bogus'" in result.stderr
+
+
 def test_cloudbuild_substitutions(tools):
     result, calls = tools("cloudbuild", "PROJECT=my-proj", "IMAGE_URI=gcr.io/x/y:z")
     assert result.returncode == 0, result.stderr
     assert calls == [["gcloud", "builds", "submit", "--project", "my-proj", "--config",
                       "cloudbuild.yaml", "--substitutions",
-                      "_RUNTIME=xrt,_BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.12_3.7,"
+                      "_RUNTIME=xrt,_BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.11_3.7,"
                       "_IMAGE_URI=gcr.io/x/y:z", "."]]
 
 

@@ -99,7 +99,7 @@ def test_pjrt_with_a_tpu_node_fails_before_any_waiting(capsys):
     environ = {"TPU_CONFIG": SEED_TPU_CONFIG, "TF_CONFIG": SEED_TF_CONFIG}
     assert run_main([], environ) == EX_CONFIG
     err = capsys.readouterr().err
-    assert "PJRT" in err and "gcr.io/tpu-pytorch/xla:r1.12_3.7" in err
+    assert "PJRT" in err and "gcr.io/tpu-pytorch/xla:r1.11_3.7" in err
     assert "tensorflow" not in sys.modules  # failed before the resolver was even imported
 
 

@@ -42,7 +42,7 @@ def test_legacy_tpu_node_with_pjrt_is_a_clear_error(cloud, trainer_out):
     result = run_launcher(*PLATFORM_ARGS, env=seed_env(cloud, trainer_out))
     assert result.returncode == EX_CONFIG
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 2 and "PJRT" in lines[0] and "r1.12_3.7" in lines[1]
+    assert len(lines) == 2 and "PJRT" in lines[0] and "r1.11_3.7" in lines[1]
     assert read_records(trainer_out) == [] and cloud.api.node_requests == []
 
 

@@ -27,7 +27,7 @@ def test_tpu_node_with_ipv6_brackets_the_address():
 def test_tpu_node_with_pjrt_is_a_clear_error_naming_the_xrt_image():
     with pytest.raises(ConfigError) as caught:
         runtime_env(NODE, PJRT, Endpoint("10.0.0.2", 8470))
-    assert "PJRT" in caught.value.message and "r1.12_3.7" in caught.value.hint
+    assert "PJRT" in caught.value.message and "r1.11_3.7" in caught.value.hint
 
 
 @pytest.mark.parametrize("kind, runtime, expected", [

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Build a stand-in for one of the real base images, from nothing but this machine:
+#   standin/build.sh xrt|pjrt        (make standin-base RUNTIME=xrt|pjrt)
+# gives the image tpu-standin:xrt or tpu-standin:pjrt. The real bases (gcr.io/tpu-pytorch/...)
+# cannot be pulled here; what each stand-in reproduces, and what it cannot, is in the README.
+#
+# 1. A Debian bookworm rootfs from debootstrap, imported once as tpu-standin-rootfs:bookworm
+#    (with the shared libraries a pyenv CPython needs).
+# 2. The real image's interpreter: pyenv's CPython 3.7 (xrt) or 3.10 (pjrt), copied to the path
+#    the real image has it at, minus this machine's site-packages.
+# 3. The real image's packages, installed the way its build installs them (standin/*.Dockerfile).
+#
+# Environment: DOCKER (client, default docker), PYENV_ROOT (default ~/.pyenv), PIP_CERT (a CA
+# bundle pip must trust to reach PyPI; passed as a build secret, never stored in a layer).
+set -euo pipefail
+
+runtime="${1:-}"
+case "$runtime" in
+  xrt) python_minor=3.7 ;;
+  pjrt) python_minor=3.10 ;;
+  *) echo "standin/build.sh: RUNTIME must be xrt or pjrt, got '$runtime'" >&2; exit 64 ;;
+esac
+
+here="$(cd "$(dirname "$0")" && pwd)"
+docker="${DOCKER:-docker}"
+rootfs_image="tpu-standin-rootfs:bookworm"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+die() { echo "standin/build.sh: $1" >&2; echo "HINT: $2" >&2; exit 69; }
+
+if ! "$docker" image inspect "$rootfs_image" >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null || die "debootstrap is not installed" \
+    "apt-get install debootstrap (as root)"
+  # The libraries pyenv's CPython links against (ssl, ffi, sqlite, compression, readline...).
+  debootstrap --variant=minbase \
+    --include=libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,zlib1g,libreadline8,libncursesw6,libuuid1,libgdbm6 \
+    bookworm "$work/rootfs" http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 \
+    || { tail -5 "$work/debootstrap.log" >&2; die "debootstrap failed" "see the lines above"; }
+  rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"*
+  tar -C "$work/rootfs" -c . | "$docker" import - "$rootfs_image" >/dev/null
+  rm -rf "$work/rootfs"
+fi
+
+pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
+python_dir="$(ls -d "$pyenv_root/versions/$python_minor".* 2>/dev/null | sort -V | tail -1 || true)"
+[ -n "$python_dir" ] || die "no CPython $python_minor under $pyenv_root/versions" \
+  "pyenv install $python_minor (the real $runtime base image's interpreter)"
+
+# The interpreter as built, without anything this machine added to its site-packages.
+mkdir -p "$work/context"
+tar -C "$python_dir" -c --exclude='./lib/python*/site-packages/_sandboxing*' \
+  --exclude='__pycache__' . | (mkdir -p "$work/context/python" && tar -C "$work/context/python" -x)
+cp "$here/docker-entrypoint.sh" "$work/context/"
+
+secret=()
+if [ -n "${PIP_CERT:-}" ]; then
+  secret=(--secret "id=pip_cert,src=$PIP_CERT")
+fi
+DOCKER_BUILDKIT=1 "$docker" build --network host "${secret[@]}" \
+  --build-arg ROOTFS="$rootfs_image" -f "$here/$runtime.Dockerfile" \
+  -t "tpu-standin:$runtime" "$work/context"

@@ -154,3 +154,27 @@ def copy_mnist_to_bucket(bucket, prefix: str = "mnist") -> str:
 
 needs_mnist = pytest.mark.skipif(not MNIST_SUBSET.is_dir(),
                                  reason="../shared/data/mnist-subset is not present")
+
+
+@pytest.fixture(scope="session")
+def engine() -> str:
+    """A Docker engine (``make test-images`` starts one); fails, never skips, without one."""
+    import containers
+
+    return containers.check_engine()
+
+
+@pytest.fixture(scope="session")
+def images(engine) -> Dict[str, str]:
+    """Both image profiles, built on the stand-in bases: runtime -> image name."""
+    import containers
+
+    return containers.build_images(clean_environ())
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    containers = sys.modules.get("containers")
+    if containers is not None and containers.REPORT:
+        terminalreporter.section("image builds and sizes")
+        for line in containers.REPORT:
+            terminalreporter.write_line(line)

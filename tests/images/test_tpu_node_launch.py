@@ -1,0 +1,67 @@
+"""Legacy AI Platform, as the platform starts the container: the seed's exact TF_CONFIG and
+TPU_CONFIG, the emulated Cloud TPU API and metadata server reached from inside the container,
+and ``cloud-tpu-client`` installed in the xrt image as in the real base."""
+
+import json
+
+import fake_cloud_tpu as fake
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, clean_environ
+from containers import container_environ, json_lines, make, run_container, stderr_lines
+
+# A trainer that reports what it received; the launcher appends the job's arguments.
+REPORTING_TRAINER = ("python -c \"import json, os, sys; print(json.dumps({'pid': os.getpid(), "
+                     "'argv': sys.argv[1:], 'XRT_TPU_CONFIG': os.environ.get('XRT_TPU_CONFIG')"
+                     "}))\"")
+# The xrt stand-in has no torch_xla 1.11 to detect XRT from (README: stand-ins); the real
+# image needs no such setting.
+STANDIN_XRT = {"LAUNCHER_XLA_RUNTIME": "xrt"}
+
+
+def seed_environ(cloud):
+    return dict(container_environ(cloud), TPU_CONFIG=SEED_TPU_CONFIG, TF_CONFIG=SEED_TF_CONFIG)
+
+
+def test_xrt_image_resolves_the_node_and_the_trainer_sees_xrt_tpu_config(images, cloud):
+    cloud.api.answer_with(fake.state("CREATING"), fake.ready(ip="10.240.3.4"))
+    env = dict(seed_environ(cloud), LAUNCHER_TRAINER=REPORTING_TRAINER, **STANDIN_XRT)
+    result = run_container(images["xrt"], "--job-dir=gs://my-bucket/jobs/7", "--lr=0.1",
+                           env=env)
+    assert result.returncode == 0, result.stderr
+    [seen] = json_lines(result.stdout)
+    assert seen == {"pid": 1, "argv": ["--job-dir=gs://my-bucket/jobs/7", "--lr=0.1"],
+                    "XRT_TPU_CONFIG": "tpu_worker;0;10.240.3.4:8470"}
+    assert len(cloud.api.node_requests) >= 2  # it waited through CREATING
+    assert "Traceback" not in result.stderr and "DuplicateFlagError" not in result.stderr
+
+
+def test_xrt_image_has_cloud_tpu_client_as_the_real_base_does(images):
+    result = run_container(images["xrt"], "-c", "import cloud_tpu_client, tensorflow; "
+                           "from importlib_metadata import version; "
+                           "print(version('cloud-tpu-client'), tensorflow.__version__)",
+                           entrypoint="python")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["0.10", "2.11.0"]
+
+
+def test_pjrt_image_refuses_a_tpu_node_with_one_line(images, cloud):
+    result = run_container(images["pjrt"], env=seed_environ(cloud))
+    assert result.returncode == 78, result.stderr
+    error, hint = stderr_lines(result)[-2:]
+    assert error.startswith("launcher: ConfigError: ") and "PJRT" in error
+    assert hint.startswith("launcher: HINT: ") and "gcr.io/tpu-pytorch/xla:r1.11_3.7" in hint
+    assert cloud.api.node_requests == []  # refused before any waiting
+
+
+def test_make_local_run_as_documented(images, cloud):
+    cloud.api.answer_with(fake.ready(ip="10.9.8.7"))
+    extra = " ".join("-e {}={}".format(key, value) for key, value in
+                     dict(container_environ(cloud), **STANDIN_XRT).items())
+    result = make("local-run", "PROJECT=test", "IMAGE_URI=" + images["xrt"],
+                  "LOCAL_TPU_CONFIG=" + SEED_TPU_CONFIG,
+                  "DOCKER_RUN_ARGS=--network host " + extra, "JOB_ARGS=--lr=0.1",
+                  env=clean_environ(), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "export XRT_TPU_CONFIG='tpu_worker;0;10.9.8.7:8470'" in result.stdout
+    assert "# trainer: python -m trainer.mnist --lr=0.1" in result.stdout.replace(
+        "/root/anaconda3/envs/pytorch/bin/python", "python")
+    assert json.loads(SEED_TPU_CONFIG)["tpu_node_name"] in result.stderr

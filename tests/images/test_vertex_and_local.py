@@ -1,0 +1,98 @@
+"""The pjrt image where people train today: Vertex AI's CLUSTER_SPEC and AIP_* directories or
+--job-dir, into a mounted folder and into gs:// (fake-gcs-server); ``docker stop`` reaching the
+trainer as PID 1, then resuming; and the local path with no network at all. MNIST runs on the
+real XLA CPU device (torch_xla 2.9) inside the container."""
+
+import json
+import re
+import uuid
+
+from containers import docker, json_lines, run_container
+
+# Vertex AI's variable for a CPU worker pool (PLATFORM.md section 4): no TPU expected.
+CLUSTER_SPEC = json.dumps({
+    "cluster": {"workerpool0": ["cmle-training-workerpool0-0:2222"]}, "environment": "cloud",
+    "task": {"type": "workerpool0", "index": 0, "trial": ""},
+    "job": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n1-standard-4"},
+                                 "replicaCount": "1",
+                                 "containerSpec": {"imageUri": "tpu-xla-test:pjrt"}}]}})
+SHORT_RUN = ["--fake_data", "--num_epochs=1", "--num_steps=6", "--log_steps=3",
+             "--batch_size=32"]
+
+
+def summary_of(text):
+    return json.loads(text)
+
+
+def test_vertex_aip_dirs_into_a_mounted_folder(images, tmp_path):
+    env = {"CLUSTER_SPEC": CLUSTER_SPEC, "AIP_MODEL_DIR": "/out/model",
+           "AIP_CHECKPOINT_DIR": "/out/checkpoints", "AIP_TENSORBOARD_LOG_DIR": "/out/logs"}
+    result = run_container(images["pjrt"], *SHORT_RUN, env=env,
+                           volumes={str(tmp_path): "/out"})
+    assert result.returncode == 0, result.stderr
+    assert "PJRT_DEVICE=CPU" in result.stderr
+    summary = summary_of((tmp_path / "model" / "summary.json").read_text())
+    assert summary["global_step"] == 6
+    assert (tmp_path / "model" / "model.pt").is_file()
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-000000006.pt"]
+    assert any((tmp_path / "logs").iterdir())
+
+
+def test_job_dir_on_gcs(images, gcs, gcs_server):
+    job = "gs://{}/jobs/1".format(gcs.name)
+    result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=" + job,
+                           env={"STORAGE_EMULATOR_HOST": gcs_server.url})
+    assert result.returncode == 0, result.stderr
+    names = {blob.name for blob in gcs.list_blobs(prefix="jobs/1/")}
+    assert {"jobs/1/summary.json", "jobs/1/metrics.jsonl", "jobs/1/model.pt",
+            "jobs/1/checkpoints/ckpt-000000006.pt"} <= names
+    summary = summary_of(gcs.blob("jobs/1/summary.json").download_as_text())
+    assert summary["global_step"] == 6
+
+
+def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes(images, tmp_path):
+    name = "tpu-xla-stop-" + uuid.uuid4().hex[:8]
+    args = ["--fake_data", "--num_epochs=1", "--num_steps=5000", "--log_steps=5",
+            "--batch_size=16", "--job-dir=/job"]
+    docker("run", "-d", "--name", name, "--network", "none", "-v",
+           "{}:/job".format(tmp_path), images["pjrt"], *args)
+    try:
+        _wait_for_log(name, "step 10/")
+        docker("stop", "--time", "60", name, timeout=120)
+        code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
+        logs = docker("logs", name)
+    finally:
+        docker("rm", "-f", name, check=False)
+    assert code == "143", logs.stderr
+    stopped = re.search(r"stopped by SIGTERM at step (\d+)", logs.stderr + logs.stdout)
+    assert stopped, logs.stderr
+    step = int(stopped.group(1))
+    assert (tmp_path / "checkpoints" / "ckpt-{:09d}.pt".format(step)).is_file()
+    resumed = run_container(images["pjrt"], *(args[:2] + ["--num_steps={}".format(step + 5)]
+                                              + args[3:]),
+                            volumes={str(tmp_path): "/job"}, network="none")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from /job/checkpoints/ckpt-{:09d}.pt: epoch 1, step {}".format(
+        step, step) in resumed.stdout + resumed.stderr
+    assert summary_of((tmp_path / "summary.json").read_text())["global_step"] == step + 5
+
+
+def test_local_path_needs_no_network(images, tmp_path):
+    result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=/job", network="none",
+                           volumes={str(tmp_path): "/job"})
+    assert result.returncode == 0, result.stderr
+    assert "platform: local" in result.stderr.lower() or "PJRT_DEVICE=CPU" in result.stderr
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines and not json_lines(result.stderr)
+
+
+def _wait_for_log(name, needle, timeout=300):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = docker("logs", name)
+        if needle in logs.stdout + logs.stderr:
+            return
+        time.sleep(1)
+    raise AssertionError("container {} never logged {!r}".format(name, needle))

@@ -5,9 +5,10 @@ real XLA CPU device (torch_xla 2.9) inside the container."""
 
 import json
 import re
+import time
 import uuid
 
-from containers import docker, json_lines, run_container
+from containers import docker, run_container
 
 # Vertex AI's variable for a CPU worker pool (PLATFORM.md section 4): no TPU expected.
 CLUSTER_SPEC = json.dumps({
@@ -30,6 +31,7 @@ def test_vertex_aip_dirs_into_a_mounted_folder(images, tmp_path):
     result = run_container(images["pjrt"], *SHORT_RUN, env=env,
                            volumes={str(tmp_path): "/out"})
     assert result.returncode == 0, result.stderr
+    assert "launcher: platform: Vertex AI job without TPU (XLA CPU device)" in result.stderr
     assert "PJRT_DEVICE=CPU" in result.stderr
     summary = summary_of((tmp_path / "model" / "summary.json").read_text())
     assert summary["global_step"] == 6
@@ -81,14 +83,11 @@ def test_local_path_needs_no_network(images, tmp_path):
     result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=/job", network="none",
                            volumes={str(tmp_path): "/job"})
     assert result.returncode == 0, result.stderr
-    assert "platform: local" in result.stderr.lower() or "PJRT_DEVICE=CPU" in result.stderr
-    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert lines and not json_lines(result.stderr)
+    assert "launcher: platform: no training platform found (XLA CPU device)" in result.stderr
+    assert summary_of((tmp_path / "summary.json").read_text())["global_step"] == 6
 
 
 def _wait_for_log(name, needle, timeout=300):
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         logs = docker("logs", name)

@@ -1,0 +1,125 @@
+"""What the builds produce: stand-ins that hold what they claim (and no fake torch_xla), images
+that carry nothing but the launcher, the trainers and their pins (no pip cache, tests, .git,
+credentials or the build's CA bundle), and ``make push`` to a real registry on loopback whose
+pulled-back image is the one that was built."""
+
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import clean_environ
+from containers import STANDIN, docker, make, run_container
+
+LIST_FILES = ("import os\n"
+              "for root, dirs, files in os.walk('/'):\n"
+              "    if root in ('/proc', '/sys', '/dev'):\n"
+              "        dirs[:] = []\n"
+              "        continue\n"
+              "    for name in files:\n"
+              "        print(os.path.join(root, name))\n")
+FACTS = ("import sys, importlib\n"
+         "def version(name):\n"
+         "    try:\n"
+         "        return importlib.import_module(name).__version__\n"
+         "    except ImportError:\n"
+         "        return None\n"
+         "print(sys.executable, '%d.%d' % sys.version_info[:2], version('torch'),"
+         " version('torch_xla'))\n")
+
+
+@pytest.mark.parametrize("runtime, facts", [
+    ("xrt", ["/root/anaconda3/envs/pytorch/bin/python", "3.7", "1.11.0+cu102", "None"]),
+    ("pjrt", ["/usr/local/bin/python", "3.10", "2.9.0+cu128", "2.9.0"]),
+])
+def test_standins_hold_what_the_real_bases_hold(images, runtime, facts):
+    result = run_container(STANDIN.format(runtime), "python", "-c", FACTS, network="none")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == facts  # torch_xla 1.11 cannot be had: absent, not faked
+
+
+def test_xrt_standin_keeps_the_real_entrypoint_and_path(images):
+    config = docker("image", "inspect", "--format", "{{json .Config.Entrypoint}} "
+                    "{{range .Config.Env}}{{println .}}{{end}}", STANDIN.format("xrt")).stdout
+    assert config.startswith('["docker-entrypoint.sh"]')
+    assert "PATH=/root/anaconda3/envs/pytorch/bin:/root/anaconda3/bin:" in config
+
+
+@pytest.mark.parametrize("runtime", ["xrt", "pjrt"])
+def test_image_adds_only_the_app_and_its_pins(images, runtime):
+    def files(image):
+        listing = run_container(image, "-c", LIST_FILES, entrypoint="python", network="none")
+        assert listing.returncode == 0, listing.stderr
+        return set(listing.stdout.splitlines())
+
+    added = files(images[runtime]) - files(STANDIN.format(runtime))
+    app = {path for path in added if path.startswith("/app/")}
+    assert {path.split("/")[2] for path in app} == {"launcher", "trainer"}
+    assert "/app/launcher/__main__.py" in app and not any("/tests/" in p for p in app)
+    forbidden = re.compile(r"/\.cache/pip/|/\.git/|/run/secrets|pip_cert|/tmp/requirements|"
+                           r"application_default_credentials|\.netrc$|\.pypirc$|pip\.conf$|"
+                           r"__pycache__/.*\.pyc$")
+    site = re.compile(r"/(site|dist)-packages/")
+    assert [p for p in added if forbidden.search(p) and not site.search(p)] == []
+    assert [p for p in added if p.endswith((".pem", ".crt", ".key")) and not site.search(p)
+            ] == []
+
+
+@pytest.mark.parametrize("runtime", ["xrt", "pjrt"])
+def test_the_build_ca_bundle_is_nowhere_in_the_image_history(images, runtime):
+    bundle = os.environ.get("PIP_CERT")
+    if not bundle or not os.path.isfile(bundle):
+        pytest.skip("no PIP_CERT bundle was passed to the build")
+    with open(bundle) as handle:
+        body = [line for line in handle.read().splitlines() if line and "-----" not in line]
+    history = docker("history", "--no-trunc", images[runtime]).stdout
+    assert "pip_cert" in history  # the secret's mount point is named ...
+    assert body[-2] not in history  # ... its content is not
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Debian's docker-registry (the real distribution registry) on a free loopback port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\n"
+                      "http:\n  addr: 127.0.0.1:{}\nlog:\n  level: error\n".format(
+                          tmp_path / "storage", port))
+    process = subprocess.Popen(["docker-registry", "serve", str(config)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    address = "127.0.0.1:{}".format(port)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen("http://{}/v2/".format(address), timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    yield address
+    process.terminate()
+    process.wait(10)
+
+
+def test_make_push_to_a_real_registry_and_pull_back(images, registry):
+    uri = "{}/tpu-xla/pytorch-xla-trainer:xrt".format(registry)
+    docker("tag", images["xrt"], uri)
+    pushed = make("push", "PROJECT=test", "RUNTIME=xrt", "IMAGE_URI=" + uri,
+                  env=clean_environ(), timeout=1200)
+    assert pushed.returncode == 0, pushed.stderr
+    digest = re.search(r"digest: (sha256:[0-9a-f]{64})", pushed.stdout).group(1)
+    request = urllib.request.Request(
+        "http://{}/v2/tpu-xla/pytorch-xla-trainer/manifests/xrt".format(registry),
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    assert urllib.request.urlopen(request).headers["Docker-Content-Digest"] == digest
+    built_id = docker("image", "inspect", "--format", "{{.Id}}", images["xrt"]).stdout
+    docker("rmi", uri)
+    pulled = docker("pull", uri, timeout=1200)
+    assert "Digest: {}".format(digest) in pulled.stdout
+    assert docker("image", "inspect", "--format", "{{.Id}}", uri).stdout == built_id
+    docker("rmi", uri)

@@ -1,7 +1,8 @@
 """Legacy AI Platform Training: the TPU is a separate *TPU node* reached over gRPC.
 
 Detected by ``TPU_CONFIG`` (``{"project", "zone", "tpu_node_name"}``) or ``TPU_NAME``, which
-wins over the name in ``TPU_CONFIG`` as it does in TensorFlow's resolver. The node's address
+wins over the name in ``TPU_CONFIG`` as it does in TensorFlow's resolver. A ``TF_CONFIG`` that
+asks for a TPU worker without either is an error, never a silent CPU run. The node's address
 is resolved later, by ``launcher.tpu_wait``; ``TF_CONFIG`` is only cross-checked here.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from launcher.job_env import JobEnvironment
+from launcher.errors import ConfigError
+from launcher.job_env import ClusterConfig, JobEnvironment
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
 
 # Accelerator count the legacy platform requires for a single TPU v2/v3 device (seed 000).
@@ -21,6 +23,15 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
     del root  # the TPU node is remote: nothing local to look at
     config = job_env.tpu_config
     if config is None and job_env.tpu_name is None:
+        tf_config = job_env.tf_config
+        if tf_config is not None and tf_config.requests_tpu:
+            # Legacy AI Platform's TPU is a node that only TPU_CONFIG names; there are no
+            # local chips to fall back on, so carrying on would silently train on the CPU.
+            raise ConfigError(
+                "TF_CONFIG describes a TPU worker ({}), but neither TPU_CONFIG nor TPU_NAME "
+                "names the TPU node".format(_tpu_request(tf_config)),
+                "the platform sets TPU_CONFIG for TPU jobs; set it (or TPU_NAME), or set "
+                "PJRT_DEVICE=CPU to train on the CPU on purpose")
         return None
     if job_env.tpu_name is not None:
         node = TpuNodeRef(job_env.tpu_name, config.zone if config else None,
@@ -38,6 +49,15 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
                ("project", node.project or "from metadata")) + facts,
         warnings=warnings,
     )
+
+
+def _tpu_request(tf_config: ClusterConfig) -> str:
+    parts = []
+    if tf_config.worker_type:
+        parts.append("worker_type {}".format(tf_config.worker_type))
+    if tf_config.accelerator_type:
+        parts.append("accelerator {}".format(tf_config.accelerator_type))
+    return ", ".join(parts)
 
 
 def _tf_config_facts(job_env: JobEnvironment) -> Tuple[Tuple[Tuple[str, str], ...],

@@ -1,5 +1,9 @@
 """launcher.platforms.explicit."""
 
+import pytest
+
+from conftest import SEED_TPU_CONFIG
+from launcher.errors import ConfigError
 from launcher.job_env import JobEnvironment
 from launcher.platforms import explicit
 from launcher.platforms.base import EXPLICIT
@@ -15,3 +19,21 @@ def test_detected_and_settings_carried(tmp_path):
     assert platform.kind == EXPLICIT
     assert platform.user_settings == (("PJRT_DEVICE", "TPU"),)
     assert "PJRT_DEVICE" in platform.description
+
+
+@pytest.mark.parametrize("environ, named", [
+    ({"PJRT_DEVICE": "CPU", "TPU_CONFIG": SEED_TPU_CONFIG}, "TPU_CONFIG"),
+    ({"PJRT_DEVICE": "cpu", "TPU_NAME": "my-tpu"}, "TPU_NAME"),
+])
+def test_another_device_next_to_a_tpu_node_is_refused(tmp_path, environ, named):
+    with pytest.raises(ConfigError) as caught:
+        explicit.detect(JobEnvironment.from_environ(environ), str(tmp_path))
+    assert caught.value.message.startswith("PJRT_DEVICE=CPU contradicts " + named)
+    assert "unset PJRT_DEVICE" in caught.value.hint
+
+
+def test_cpu_chosen_on_purpose_wins_over_a_tpu_tf_config(tmp_path):
+    from conftest import SEED_TF_CONFIG
+
+    job_env = JobEnvironment.from_environ({"PJRT_DEVICE": "CPU", "TF_CONFIG": SEED_TF_CONFIG})
+    assert explicit.detect(job_env, str(tmp_path)).user_settings == (("PJRT_DEVICE", "CPU"),)

@@ -25,7 +25,8 @@ def test_order_is_explicit_node_vm_local(tmp_path):
     def kind(environ):
         return detect_platform(JobEnvironment.from_environ(environ), str(root)).kind
 
-    assert kind({"PJRT_DEVICE": "CPU", "TPU_CONFIG": SEED_TPU_CONFIG}) == EXPLICIT
+    assert kind({"XRT_TPU_CONFIG": "tpu_worker;0;10.0.0.9:8470", "TPU_CONFIG": SEED_TPU_CONFIG}
+                ) == EXPLICIT
     assert kind({"TPU_CONFIG": SEED_TPU_CONFIG}) == TPU_NODE
     assert kind({}) == TPU_VM
     assert detect_platform(JobEnvironment(), str(tmp_path / "empty")).kind == LOCAL

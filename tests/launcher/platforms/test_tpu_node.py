@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
+
 from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
+from launcher.errors import ConfigError
 from launcher.job_env import JobEnvironment
 from launcher.platforms import tpu_node
 from launcher.platforms.base import TPU_NODE, TpuNodeRef
@@ -13,7 +16,16 @@ def detect(environ, root="/nonexistent"):
 
 
 def test_not_detected_without_tpu_config_or_name():
-    assert detect({"TF_CONFIG": SEED_TF_CONFIG}) is None
+    assert detect({}) is None
+    cpu_job = json.dumps({"job": {"worker_type": "n1-standard-4"}})
+    assert detect({"TF_CONFIG": cpu_job}) is None
+
+
+def test_tf_config_asking_for_a_tpu_without_tpu_config_is_an_error_not_a_cpu_run():
+    with pytest.raises(ConfigError) as caught:
+        detect({"TF_CONFIG": SEED_TF_CONFIG})
+    assert "worker_type cloud_tpu, accelerator TPU_V3" in caught.value.message
+    assert "TPU_CONFIG" in caught.value.message and "PJRT_DEVICE=CPU" in caught.value.hint
 
 
 def test_seed_environment_gives_the_node_and_accelerator_facts():

@@ -2,7 +2,8 @@
 
 Only variables the launcher chose or kept are ever listed (an allowlist; the environment is
 never dumped), and any value whose name looks secret is replaced by ``<redacted>``, including
-``--name=value`` trainer arguments.
+``--name=value`` trainer arguments; passwords in URLs, Authorization headers and bearer tokens
+are hidden inside any argument.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ import shlex
 from typing import Iterable, List, Sequence, Tuple
 
 REDACTED = "<redacted>"
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|PRIVATE|SIGNATURE", re.I)
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|PWD|CREDENTIAL|AUTH|PRIVATE|SIGNATURE", re.I)
+# Secrets inside a value, whatever the argument is called: the password of a URL's user info
+# (scheme://user:PASSWORD@host) and the credentials of an HTTP Authorization header or a
+# bearer token.
+_URL_PASSWORD = re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)[^/@\s]+(?=@)")
+_AUTH_HEADER = re.compile(r"(?P<keep>\b(?:authorization|proxy-authorization)\s*[:=]\s*).+",
+                          re.I)
+_BEARER = re.compile(r"(?P<keep>\b(?:bearer|basic|token)\s+)\S+", re.I)
 
 
 def looks_secret(name: str) -> bool:
@@ -24,8 +32,16 @@ def redact_value(name: str, value: str) -> str:
     return REDACTED if looks_secret(name) else value
 
 
+def redact_text(text: str) -> str:
+    """Hide URL passwords, Authorization headers and bearer tokens inside any text."""
+    for pattern in (_URL_PASSWORD, _AUTH_HEADER, _BEARER):
+        text = pattern.sub(lambda match: match.group("keep") + REDACTED, text)
+    return text
+
+
 def redact_args(args: Sequence[str]) -> List[str]:
-    """Redact values of secret-looking ``--flag=value`` and ``--flag value`` arguments."""
+    """Redact values of secret-looking ``--flag=value`` and ``--flag value`` arguments, and
+    secrets inside any argument (``redact_text``)."""
     result: List[str] = []
     hide_next = False
     for arg in args:
@@ -34,10 +50,10 @@ def redact_args(args: Sequence[str]) -> List[str]:
             hide_next = False
         elif arg.startswith("-") and "=" in arg:
             name, _, value = arg.partition("=")
-            result.append("{}={}".format(name, redact_value(name, value)))
+            result.append("{}={}".format(name, redact_text(redact_value(name, value))))
         else:
             hide_next = arg.startswith("-") and looks_secret(arg)
-            result.append(arg)
+            result.append(redact_text(arg))
     return result
 
 

@@ -2,6 +2,8 @@
 
 import shlex
 
+import pytest
+
 from launcher.report import REDACTED, format_assignments, redact_args, shell_exports
 
 
@@ -15,6 +17,21 @@ def test_secret_looking_names_are_redacted():
 def test_secret_args_are_redacted_in_both_spellings():
     assert redact_args(["--api_key=s3cr3t", "--token", "s3cr3t", "--lr=0.1", "pos"]) == [
         "--api_key=" + REDACTED, "--token", REDACTED, "--lr=0.1", "pos"]
+
+
+@pytest.mark.parametrize("arg, shown", [
+    ("--passphrase=hunter2", "--passphrase=" + REDACTED),
+    ("--pwd=hunter2", "--pwd=" + REDACTED),
+    ("--header=Authorization: Bearer hunter2", "--header=Authorization: " + REDACTED),
+    ("Authorization: Basic aHVudGVyMg==", "Authorization: " + REDACTED),
+    ("--header=X: Bearer hunter2", "--header=X: Bearer " + REDACTED),
+    ("--data_url=https://ann:hunter2@host/x", "--data_url=https://ann:" + REDACTED + "@host/x"),
+    ("https://ann:hunter2@host/x", "https://ann:" + REDACTED + "@host/x"),
+    ("--data_dir=gs://bucket/path:with@odd", "--data_dir=gs://bucket/path:with@odd"),
+    ("--lr=0.1", "--lr=0.1"),
+])
+def test_secrets_inside_values_are_redacted(arg, shown):
+    assert redact_args([arg]) == [shown]
 
 
 def test_exports_round_trip_through_a_shell():

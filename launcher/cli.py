@@ -102,6 +102,9 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Launc
     def setting(flag: str, env_name: str) -> Tuple[Optional[str], str]:
         value = parsed[flag.lstrip("-").replace("-", "_")]
         if value is not None:
+            if not value.strip():  # given on purpose, so never silently the default
+                raise UsageError("{} is empty".format(flag),
+                                 "give it a value, or leave it out for the default")
             return value, flag
         return (environ.get(env_name) or None), env_name
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.address import Endpoint, parse_endpoint
-from launcher.errors import ConfigError
+from launcher.errors import UsageError
 from launcher.job_env import JobEnvironment
 from launcher.platforms import detect_platform
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
@@ -86,15 +86,17 @@ def trainer_command(options: LaunchOptions) -> Tuple[str, ...]:
     """
     if options.command:
         command: List[str] = list(options.command)
+        source = "the command after --"
     else:
+        source = "LAUNCHER_TRAINER / --trainer"
         try:
             command = shlex.split(options.trainer) + list(options.trainer_args)
         except ValueError as error:
-            raise ConfigError("LAUNCHER_TRAINER / --trainer is not a valid command ({})".format(
-                error), 'use e.g. LAUNCHER_TRAINER="python -m trainer.imagenet"')
-        if not command:
-            raise ConfigError("LAUNCHER_TRAINER / --trainer is empty",
-                              'use e.g. LAUNCHER_TRAINER="python -m trainer.mnist"')
+            raise UsageError("{} is not a valid command ({})".format(source, error),
+                             'use e.g. LAUNCHER_TRAINER="python -m trainer.imagenet"')
+    if not command or not command[0].strip():
+        raise UsageError("{} is empty".format(source),
+                         'use e.g. LAUNCHER_TRAINER="python -m trainer.mnist"')
     if command[0] in _PYTHON_NAMES:
         command[0] = sys.executable
     return tuple(command)

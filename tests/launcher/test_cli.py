@@ -95,6 +95,21 @@ def test_exec_failures_have_their_own_codes(error, code, capsys):
     assert "HINT:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, environ, named", [
+    (["--", ""], {}, "the command after -- is empty"),
+    (["--dry-run", "--", " "], {}, "the command after -- is empty"),
+    ([], {"LAUNCHER_TRAINER": "''"}, "LAUNCHER_TRAINER / --trainer is empty"),
+    ([], {"LAUNCHER_TRAINER": "python 'unclosed"}, "LAUNCHER_TRAINER / --trainer is not a valid"),
+    (["--trainer="], {}, "--trainer is empty"),
+    (["--trainer", " ", "--dry-run"], {}, "--trainer is empty"),
+])
+def test_an_empty_or_broken_trainer_command_is_a_usage_error(argv, environ, named, capsys):
+    environ = dict(environ, PJRT_DEVICE="CPU")
+    assert run_main(argv, environ) == EX_USAGE
+    error, hint = capsys.readouterr().err.splitlines()[-2:]
+    assert named in error and hint.startswith("launcher: HINT: ")
+
+
 def test_pjrt_with_a_tpu_node_fails_before_any_waiting(capsys):
     environ = {"TPU_CONFIG": SEED_TPU_CONFIG, "TF_CONFIG": SEED_TF_CONFIG}
     assert run_main([], environ) == EX_CONFIG

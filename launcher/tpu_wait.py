@@ -4,12 +4,15 @@ Polling starts fast and backs off exponentially up to ``max_interval_s`` (0.75 s
 trainer starts within about a second of the TPU becoming usable; the platform's own loop
 polled every 10 s. Transient failures (not ready, 404 while the node is created, 5xx,
 timeouts, connection errors) are retried until ``deadline_s``; a node that stays PREEMPTED,
-TERMINATED, STOPPED or DELETING for ``lost_grace_s`` is given up on. A progress line is
-logged at most every ``progress_every_s``.
+TERMINATED, STOPPED or DELETING for ``lost_grace_s`` is given up on. A request that hangs is
+cut off when the deadline passes (``_within``). A progress line is logged at most every
+``progress_every_s``.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -18,6 +21,13 @@ from launcher.errors import TpuUnavailableError
 from launcher.tpu_api import NodeStatus, TransientError
 
 LOST_STATES = frozenset(("PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "DELETING"))
+# A request is cut off when the deadline passes, but is always given at least this long.
+MIN_REQUEST_S = 0.5
+
+
+class _RequestTimedOut(BaseException):
+    """A poll outlived the time left. A ``BaseException``, so that the API clients on the way,
+    which catch ``Exception`` and rewrap it, let it through unchanged."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +57,14 @@ def wait_until_ready(poll: Callable[[], NodeStatus], node_name: str, policy: Wai
     lost_since: Optional[float] = None
     last_seen = "no answer yet"
     while True:
+        allowed = max(policy.deadline_s - (clock() - start), MIN_REQUEST_S)
         try:
-            status: Optional[NodeStatus] = poll()
+            status: Optional[NodeStatus] = _within(allowed, poll)
         except TransientError as error:
             status, last_seen = None, " ".join(str(error).split())
+        except _RequestTimedOut:
+            status, last_seen = None, "the Cloud TPU API did not answer within {:.1f}s".format(
+                allowed)
         now = clock()
         elapsed = now - start
         if status is not None:
@@ -79,3 +93,25 @@ def wait_until_ready(poll: Callable[[], NodeStatus], node_name: str, policy: Wai
             last_progress = now
         sleep(max(0.0, min(interval, policy.deadline_s - elapsed)))
         interval = min(interval * policy.backoff, policy.max_interval_s)
+
+
+def _within(seconds: float, poll: Callable[[], NodeStatus]) -> NodeStatus:
+    """``poll()``, interrupted with ``_RequestTimedOut`` after ``seconds`` of real time.
+
+    The API clients set no deadline of their own and reuse connections whose socket timeout
+    was fixed when they opened, so only a timer bounds a hung request by the time left. Needs
+    the main thread (signals); elsewhere the poll runs unbounded.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return poll()
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise _RequestTimedOut()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return poll()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -3,6 +3,7 @@ real TPUClusterResolver against the emulated Cloud TPU API, and a fake trainer t
 what it was started with."""
 
 import json
+import time
 
 import fake_cloud_tpu as fake
 from conftest import (
@@ -59,6 +60,16 @@ def test_deadline_exits_with_unavailable(cloud, trainer_out):
                                        LAUNCHER_TPU_WAIT_TIMEOUT="2"))
     assert result.returncode == EX_UNAVAILABLE and "not usable within 2s" in result.stderr
     assert read_records(trainer_out) == []
+
+
+def test_a_hung_api_does_not_outlive_the_deadline(cloud, trainer_out):
+    cloud.api.node_delay_s = 60
+    started = time.monotonic()
+    result = run_launcher(env=seed_env(cloud, trainer_out, LAUNCHER_XLA_RUNTIME="xrt",
+                                       LAUNCHER_TPU_WAIT_TIMEOUT="3"))
+    assert result.returncode == EX_UNAVAILABLE, result.stderr
+    assert "not usable within 3s" in result.stderr
+    assert time.monotonic() - started < 3 + 6  # TensorFlow's import takes about 3 s
 
 
 def test_vertex_tpu_vm_gets_pjrt_tpu(tmp_path, trainer_out):

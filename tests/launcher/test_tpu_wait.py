@@ -107,3 +107,17 @@ def test_preempted_node_that_recovers_within_grace_is_used():
 def test_fatal_errors_end_the_wait_at_once():
     error, time, _ = run([PermissionDeniedError("403")])
     assert isinstance(error, PermissionDeniedError) and time.sleeps == []
+
+
+def test_a_hung_request_is_cut_off_at_the_deadline():
+    """Real time: the request would hang for a minute; the deadline is one second."""
+    import time
+
+    def hang():
+        time.sleep(60)
+
+    started = time.monotonic()
+    with pytest.raises(TpuUnavailableError) as caught:
+        wait_until_ready(hang, "n", WaitPolicy(deadline_s=1.0), lambda line: None)
+    assert time.monotonic() - started < 2.0
+    assert "did not answer within 1.0s" in caught.value.message

@@ -162,6 +162,10 @@ def _json_object(variable: str, text: str) -> Dict[str, Any]:
         raise ConfigError(
             "{} is not valid JSON ({})".format(variable, error),
             "set {} to a JSON object, e.g. {}".format(variable, _EXAMPLES[variable]))
+    except RecursionError:  # the parser recurses once per nesting level
+        raise ConfigError(
+            "{} is nested too deeply to be a job description".format(variable),
+            "set {} to a JSON object, e.g. {}".format(variable, _EXAMPLES[variable]))
     if not isinstance(value, dict):
         raise ConfigError(
             "{} must be a JSON object, got {}".format(variable, _json_type(value)),

@@ -133,3 +133,12 @@ def test_fuzz_valid_tpu_config_always_parses(project, zone, name):
     text = json.dumps({"project": project, "zone": zone, "tpu_node_name": name})
     config = JobEnvironment.from_environ({"TPU_CONFIG": text}).tpu_config
     assert config == TpuConfig(project.strip(), zone.strip(), name.strip())
+
+
+@pytest.mark.parametrize("variable", ["TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC"])
+def test_json_nested_beyond_the_parser_is_a_config_error(variable):
+    with pytest.raises(ConfigError) as caught:
+        JobEnvironment.from_environ({variable: "[" * 100000 + "]" * 100000})
+    assert caught.value.exit_code == EX_CONFIG
+    assert caught.value.message == "{} is nested too deeply to be a job description".format(
+        variable)

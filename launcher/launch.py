@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.address import Endpoint, parse_endpoint
-from launcher.errors import UsageError
+from launcher.errors import ConfigError, TpuApiError, UsageError
 from launcher.job_env import JobEnvironment
 from launcher.platforms import detect_platform
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
@@ -64,8 +64,12 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
     endpoint = None
     if platform.kind == TPU_NODE and platform.tpu_node is not None:
         address = (resolve or resolve_tpu_node)(platform.tpu_node, options.wait, log)
-        endpoint = parse_endpoint(address, "the address of TPU node {}".format(
-            platform.tpu_node.name))
+        try:
+            endpoint = parse_endpoint(address, "the address of TPU node {}".format(
+                platform.tpu_node.name))
+        except ConfigError as error:  # the API's answer, not the user's configuration
+            raise TpuApiError("the Cloud TPU API answered with an unusable address: {}".format(
+                error.message), "check TPU_API_DISCOVERY_URL or report the API's response")
     return LaunchPlan(platform, runtime, endpoint, runtime_env(platform, runtime, endpoint),
                       command)
 

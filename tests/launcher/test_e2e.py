@@ -14,7 +14,7 @@ from conftest import (
     read_records,
     run_launcher,
 )
-from launcher.errors import EX_CONFIG, EX_NOPERM, EX_UNAVAILABLE
+from launcher.errors import EX_CONFIG, EX_NOPERM, EX_PROTOCOL, EX_UNAVAILABLE
 
 PLATFORM_ARGS = ["--job-dir=gs://bucket/jobs/run-1", "--lr=0.1", "--batch_size", "64"]
 
@@ -59,6 +59,15 @@ def test_deadline_exits_with_unavailable(cloud, trainer_out):
     result = run_launcher(env=seed_env(cloud, trainer_out, LAUNCHER_XLA_RUNTIME="xrt",
                                        LAUNCHER_TPU_WAIT_TIMEOUT="2"))
     assert result.returncode == EX_UNAVAILABLE and "not usable within 2s" in result.stderr
+    assert read_records(trainer_out) == []
+
+
+def test_an_unusable_address_from_the_api_is_a_protocol_error(cloud, trainer_out):
+    cloud.api.answer_with(fake.ready(ip="999.1.1.1"))
+    result = run_launcher(env=seed_env(cloud, trainer_out, LAUNCHER_XLA_RUNTIME="xrt"))
+    assert result.returncode == EX_PROTOCOL, result.stderr
+    error, hint = result.stderr.splitlines()[-2:]
+    assert "the Cloud TPU API answered with an unusable address" in error and "999.1.1.1" in error
     assert read_records(trainer_out) == []
 
 

@@ -48,6 +48,10 @@ class NodeProbe:
         # TF's C++ logging is read from the process environment at import; quiet it unless the
         # user chose a level. The trainer's environment is computed separately (no leak).
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # TF 2.2x announces its oneDNN kernels at import through absl, before the level above
+        # applies, which also makes absl warn about logging before InitializeLog. This process
+        # only resolves an address and runs no kernels, so the choice changes nothing else.
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
         # TF's metadata and API requests have no timeout; a hung socket must not outlive the
         # deadline. This process only resolves and then execs, so the global is harmless.
         socket.setdefaulttimeout(REQUEST_TIMEOUT_S)

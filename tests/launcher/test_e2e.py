@@ -37,6 +37,9 @@ def test_legacy_tpu_node_with_xrt_waits_resolves_and_execs(cloud, trainer_out):
     assert start["argv"] == PLATFORM_ARGS
     assert "accelerator: 8 x TPU_V3" in result.stderr
     assert "TPU node cmle-training-14556593641811293930-tpu is READY and HEALTHY" in result.stderr
+    # Only the launcher's own lines: no TensorFlow start-up chatter between them.
+    assert [line for line in result.stderr.splitlines() if not line.startswith("launcher: ")
+            ] == []
 
 
 def test_legacy_tpu_node_with_pjrt_is_a_clear_error(cloud, trainer_out):

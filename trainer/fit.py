@@ -5,17 +5,15 @@ the current step, checkpoint and stop.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
-from trainer import xla
+from trainer import stop_signal, xla
 from trainer.batches import DataSource
 from trainer.checkpoints import CheckpointStore, to_cpu
 from trainer.config import TrainConfig
@@ -80,7 +78,6 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
                 "ckpt-{:09d}.pt".format(restored[0])), state.epoch + 1, state.global_step)
     outputs = RunOutputs(paths, resume_step=state.global_step,
                          hypertune_tag=config.hypertune_metric)
-    stop = _StopFlag()
     log.info("%s on %s (%s): %d steps/epoch x %d epochs, batch %d", spec.name, dev,
              xla.device_kind(dev), steps_per_epoch, config.num_epochs, data.batch_size)
     compiles_after_epoch = []
@@ -88,34 +85,37 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     accuracy: Dict[str, float] = {}
     progress = _ProgressLog(state, data.batch_size, steps_per_epoch, config.num_epochs,
                             outputs, initial_total=restored_total)
+    stop_signal.catch_sigterm()  # normally already caught at start-up (trainer.mnist)
     try:
-        with stop.installed():
-            while state.epoch < config.num_epochs:
-                executions_before = xla.execute_count()
-                batches = _limited(data.train_batches(state.epoch, state.step_in_epoch),
-                                   steps_per_epoch - state.step_in_epoch)
-                interrupted = train_epoch(
-                    model, optimizer, scheduler, spec.loss_fn, xla.device_loader(batches, dev),
-                    state, config.log_steps, progress, stop.is_set,
-                    on_step=_every(config.checkpoint_steps, lambda s: _save(
-                        store, s, model, optimizer, scheduler, outputs)))
-                if interrupted:
-                    path = _save(store, state, model, optimizer, scheduler, outputs)
-                    raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
-                        state.global_step, path or "not written (no job dir)"),
-                        "the platform restarts the job, which resumes from the checkpoint")
-                eval_batches = _limited(data.eval_batches(),
-                                        config.num_steps or data.eval_steps)
-                accuracy = evaluate(model, xla.device_loader(eval_batches, dev), spec.topk)
-                executions_per_epoch.append(xla.execute_count() - executions_before)
-                compiles_after_epoch.append(xla.compile_count() - compiles_before)
-                state.epoch += 1
-                state.step_in_epoch = 0
-                _log_epoch(state, accuracy, outputs)
-                if store is None:
-                    outputs.flush()
-                else:
-                    _save(store, state, model, optimizer, scheduler, outputs)  # also flushes
+        if stop_signal.received():  # during start-up: nothing new to checkpoint
+            raise Preempted("stopped by SIGTERM before training resumed at step {}".format(
+                state.global_step), "the platform restarts the job, which starts again here")
+        while state.epoch < config.num_epochs:
+            executions_before = xla.execute_count()
+            batches = _limited(data.train_batches(state.epoch, state.step_in_epoch),
+                               steps_per_epoch - state.step_in_epoch)
+            interrupted = train_epoch(
+                model, optimizer, scheduler, spec.loss_fn, xla.device_loader(batches, dev),
+                state, config.log_steps, progress, stop_signal.received,
+                on_step=_every(config.checkpoint_steps, lambda s: _save(
+                    store, s, model, optimizer, scheduler, outputs)))
+            if interrupted:
+                path = _save(store, state, model, optimizer, scheduler, outputs)
+                raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
+                    state.global_step, path or "not written (no job dir)"),
+                    "the platform restarts the job, which resumes from the checkpoint")
+            eval_batches = _limited(data.eval_batches(),
+                                    config.num_steps or data.eval_steps)
+            accuracy = evaluate(model, xla.device_loader(eval_batches, dev), spec.topk)
+            executions_per_epoch.append(xla.execute_count() - executions_before)
+            compiles_after_epoch.append(xla.compile_count() - compiles_before)
+            state.epoch += 1
+            state.step_in_epoch = 0
+            _log_epoch(state, accuracy, outputs)
+            if store is None:
+                outputs.flush()
+            else:
+                _save(store, state, model, optimizer, scheduler, outputs)  # also flushes
     finally:
         outputs.flush()
     outputs.save_model(to_cpu(model.state_dict()))
@@ -140,28 +140,6 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
              summary["final_accuracy"], summary["steady_examples_per_second"],
              summary["compile_count"])
     return summary
-
-
-class _StopFlag:
-    """Set by SIGTERM; checked between steps (a Python bool: no device sync)."""
-
-    def __init__(self) -> None:
-        self._set = False
-
-    def is_set(self) -> bool:
-        return self._set
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        def handler(signum: int, frame: object) -> None:
-            log.warning("SIGTERM: finishing this step, then checkpointing")
-            self._set = True
-
-        previous = signal.signal(signal.SIGTERM, handler)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGTERM, previous)
 
 
 class _ProgressLog:

@@ -7,6 +7,12 @@ Data: ``--fake_data`` or a local ``train/`` ``val/`` class-folder tree (``--data
 
 from __future__ import annotations
 
+from trainer import stop_signal
+
+if __name__ == "__main__":
+    # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
+    stop_signal.catch_sigterm()
+
 import sys
 from typing import Any, Dict, List, Optional
 

@@ -8,6 +8,12 @@ shifts of up to 2 px) are chosen to give a good model in 5 epochs: they reach >=
 
 from __future__ import annotations
 
+from trainer import stop_signal
+
+if __name__ == "__main__":
+    # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
+    stop_signal.catch_sigterm()
+
 import sys
 from typing import Any, Dict, List, Optional
 

@@ -1,0 +1,32 @@
+"""SIGTERM as a flag that the training loop reads between steps.
+
+The handler goes in as the trainer process starts, before torch is imported: in a container
+the trainer is PID 1, and the kernel drops signals PID 1 has no handler for, so a SIGTERM
+during the seconds of start-up would otherwise be lost and the job would run to the end (or
+be SIGKILLed). ``catch_sigterm`` is idempotent; ``received`` never touches the device.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+_received = False
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _received
+    if not _received:
+        # Logging may not be configured yet; one plain line, like the trainer's others.
+        sys.stderr.write("SIGTERM: stopping at the next step boundary, then checkpointing\n")
+        sys.stderr.flush()
+    _received = True
+
+
+def catch_sigterm() -> None:
+    """From now on SIGTERM sets the flag instead of ending the process."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def received() -> bool:
+    return _received

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-images lint bench lock clean venv build push cloudbuild check-job submit \
-        submit-vertex local-run standin-base
+        submit-vertex local-run standin-base bench-images
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
@@ -143,6 +143,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/launcher.py
 	$(PY) bench/trainer.py
+
+## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
+BENCH_ARGS ?=
+bench-images: $(STAMP)
+	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) bench/images.py $(BENCH_ARGS)
 
 ## lock: re-resolve requirements/dev.in into requirements/dev.lock.
 lock:

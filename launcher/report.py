@@ -20,7 +20,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|PWD|CREDENTIAL|AUTH|PRIVATE|SI
 _URL_PASSWORD = re.compile(r"(?P<keep>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)[^/@\s]+(?=@)")
 _AUTH_HEADER = re.compile(r"(?P<keep>\b(?:authorization|proxy-authorization)\s*[:=]\s*).+",
                           re.I)
-_BEARER = re.compile(r"(?P<keep>\b(?:bearer|basic|token)\s+)\S+", re.I)
+_BEARER = re.compile(r"(?P<keep>\bbearer\s+)\S+", re.I)
 
 
 def looks_secret(name: str) -> bool:

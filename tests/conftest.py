@@ -171,10 +171,3 @@ def images(engine) -> Dict[str, str]:
 
     return containers.build_images(clean_environ())
 
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    containers = sys.modules.get("containers")
-    if containers is not None and containers.REPORT:
-        terminalreporter.section("image builds and sizes")
-        for line in containers.REPORT:
-            terminalreporter.write_line(line)

@@ -1,38 +1,35 @@
 """The container tier's helpers (fixtures ``engine`` and ``images`` in ``conftest``): the
 shipped Dockerfile built on both stand-in bases with a real Docker engine, and real containers
-run the ways users run them (``tests/images``).
+run the ways users run them (``tests/images``). ``bench/images.py`` times the same builds.
 
 ``make test-images`` finds or starts the engine (``tests/images/engine.sh``) and sets
 ``DOCKER_HOST`` and ``DOCKER``. Without an engine every test there *fails* with one line: the
 tier is never skipped silently. The images are built once per session through the same
-``make standin-base`` / ``make build`` targets users run; build times and image sizes are
-printed at the end of the session (the README quotes them).
+``make standin-base`` / ``make build`` targets users run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import time
-from pathlib import Path
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Tuple
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import REPO, TESTS
+
 DOCKER = os.environ.get("DOCKER", "docker")
 RUNTIMES = ("xrt", "pjrt")
 IMAGE = "tpu-xla-test:{}"
 STANDIN = "tpu-standin:{}"
-REPORT: List[str] = []  # build times and sizes, printed at the end of the session
+# Where tests/ is mounted in a container, for tests/fake_trainer.py.
+TESTS_IN_CONTAINER = "/tests"
 
 
-def docker(*args: str, timeout: float = 600, check: bool = True,
-           **kwargs) -> subprocess.CompletedProcess:
+def docker(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
     """Run the docker client; on failure (with ``check``) the test fails with its stderr."""
     result = subprocess.run([DOCKER] + list(args), capture_output=True, text=True,
-                            timeout=timeout, **kwargs)
+                            timeout=timeout)
     if check and result.returncode != 0:
         pytest.fail("docker {} failed ({}): {}".format(args[0], result.returncode,
                                                        result.stderr.strip()[-2000:]),
@@ -43,9 +40,9 @@ def docker(*args: str, timeout: float = 600, check: bool = True,
 def make(*args: str, env: Mapping[str, str], timeout: float = 1800
          ) -> subprocess.CompletedProcess:
     """Run a Makefile target as a user would, with this session's engine."""
-    env = dict(env, DOCKER=DOCKER)
     return subprocess.run(["make", "--no-print-directory", "-C", str(REPO)] + list(args),
-                          env=env, capture_output=True, text=True, timeout=timeout)
+                          env=dict(env, DOCKER=DOCKER), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def check_engine() -> str:
@@ -64,42 +61,37 @@ def check_engine() -> str:
     return host
 
 
+def build_steps(runtime: str) -> List[Tuple[str, ...]]:
+    """The ``make`` invocations that build profile ``runtime`` on its stand-in base."""
+    return [("standin-base", "RUNTIME=" + runtime),
+            ("build", "PROJECT=test", "RUNTIME=" + runtime,
+             "BASE_IMAGE=" + STANDIN.format(runtime), "IMAGE_URI=" + IMAGE.format(runtime),
+             # This engine has no bridge network (PLATFORM.md section 7).
+             "DOCKER_BUILD_ARGS=--network=host")]
+
+
 def build_images(env: Mapping[str, str]) -> Dict[str, str]:
     """Both profiles built with ``make standin-base`` and ``make build`` (the shipped
     Dockerfile, unchanged): runtime -> image name."""
-    built = {}
     for runtime in RUNTIMES:
-        for target, args in (
-                ("standin-base", ["RUNTIME=" + runtime]),
-                ("build", ["PROJECT=test", "RUNTIME=" + runtime,
-                           "BASE_IMAGE=" + STANDIN.format(runtime),
-                           "IMAGE_URI=" + IMAGE.format(runtime),
-                           # This engine has no bridge network (PLATFORM.md section 7).
-                           "DOCKER_BUILD_ARGS=--network=host"])):
-            started = time.monotonic()
-            result = make(target, *args, env=env)
+        for step in build_steps(runtime):
+            result = make(*step, env=env)
             if result.returncode != 0:
-                pytest.fail("make {} {} failed: {}".format(target, " ".join(args),
-                                                           result.stderr.strip()[-3000:]),
+                pytest.fail("make {} failed: {}".format(" ".join(step),
+                                                        result.stderr.strip()[-3000:]),
                             pytrace=False)
-            REPORT.append("make {:<12} RUNTIME={:<4}  {:6.1f} s".format(
-                target, runtime, time.monotonic() - started))
-        built[runtime] = IMAGE.format(runtime)
-    for runtime in RUNTIMES:
-        for name in (STANDIN.format(runtime), IMAGE.format(runtime)):
-            size = int(docker("image", "inspect", "--format", "{{.Size}}", name).stdout)
-            REPORT.append("{:<20} {:6.2f} GB".format(name, size / 1e9))
-    return built
+    return {runtime: IMAGE.format(runtime) for runtime in RUNTIMES}
+
+
+def image_size(name: str) -> int:
+    return int(docker("image", "inspect", "--format", "{{.Size}}", name).stdout)
 
 
 def run_container(image: str, *args: str, env: Dict[str, str] = None,
                   volumes: Dict[str, str] = None, network: str = "host",
-                  entrypoint: str = None, name: str = None, timeout: float = 600,
-                  ) -> subprocess.CompletedProcess:
+                  entrypoint: str = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """``docker run --rm`` with ``-e`` variables and ``-v host:container`` mounts."""
     command = ["run", "--rm", "--network", network]
-    if name:
-        command += ["--name", name]
     if entrypoint is not None:
         command += ["--entrypoint", entrypoint]
     for key, value in (env or {}).items():
@@ -109,17 +101,17 @@ def run_container(image: str, *args: str, env: Dict[str, str] = None,
     return docker(*(command + [image] + list(args)), timeout=timeout, check=False)
 
 
+def fake_trainer_mounts(out_dir: str) -> Dict[str, str]:
+    """Mounts that let a container exec ``tests/fake_trainer.py``, recording into ``out_dir``
+    (``/out`` inside)."""
+    return {str(TESTS): TESTS_IN_CONTAINER + ":ro", out_dir: "/out"}
+
+
 def container_environ(cloud) -> Dict[str, str]:
     """The emulated Cloud TPU API and metadata server, as the container reaches them
     (``--network host``: the host's loopback is the container's)."""
-    env = dict(cloud.environ)
-    env["CLOUDSDK_CONFIG"] = "/tmp/gcloud"  # the host's temp folder is not mounted
-    return env
+    return dict(cloud.environ, CLOUDSDK_CONFIG="/tmp/gcloud")  # the host's temp dir isn't there
 
 
 def stderr_lines(result: subprocess.CompletedProcess) -> List[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
-
-
-def json_lines(text: str) -> List[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]

@@ -85,39 +85,41 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     accuracy: Dict[str, float] = {}
     progress = _ProgressLog(state, data.batch_size, steps_per_epoch, config.num_epochs,
                             outputs, initial_total=restored_total)
-    stop_signal.catch_sigterm()  # normally already caught at start-up (trainer.mnist)
-    try:
-        if stop_signal.received():  # during start-up: nothing new to checkpoint
-            raise Preempted("stopped by SIGTERM before training resumed at step {}".format(
-                state.global_step), "the platform restarts the job, which starts again here")
-        while state.epoch < config.num_epochs:
-            executions_before = xla.execute_count()
-            batches = _limited(data.train_batches(state.epoch, state.step_in_epoch),
-                               steps_per_epoch - state.step_in_epoch)
-            interrupted = train_epoch(
-                model, optimizer, scheduler, spec.loss_fn, xla.device_loader(batches, dev),
-                state, config.log_steps, progress, stop_signal.received,
-                on_step=_every(config.checkpoint_steps, lambda s: _save(
-                    store, s, model, optimizer, scheduler, outputs)))
-            if interrupted:
-                path = _save(store, state, model, optimizer, scheduler, outputs)
-                raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
-                    state.global_step, path or "not written (no job dir)"),
-                    "the platform restarts the job, which resumes from the checkpoint")
-            eval_batches = _limited(data.eval_batches(),
-                                    config.num_steps or data.eval_steps)
-            accuracy = evaluate(model, xla.device_loader(eval_batches, dev), spec.topk)
-            executions_per_epoch.append(xla.execute_count() - executions_before)
-            compiles_after_epoch.append(xla.compile_count() - compiles_before)
-            state.epoch += 1
-            state.step_in_epoch = 0
-            _log_epoch(state, accuracy, outputs)
-            if store is None:
-                outputs.flush()
-            else:
-                _save(store, state, model, optimizer, scheduler, outputs)  # also flushes
-    finally:
-        outputs.flush()
+    # The entry modules catch SIGTERM from start-up on; this also covers in-process callers
+    # and gives the previous handler back afterwards.
+    with stop_signal.caught():
+        try:
+            if stop_signal.received():  # during start-up: nothing new to checkpoint
+                raise Preempted("stopped by SIGTERM before training resumed at step {}".format(
+                    state.global_step), "the platform restarts the job, which starts again here")
+            while state.epoch < config.num_epochs:
+                executions_before = xla.execute_count()
+                batches = _limited(data.train_batches(state.epoch, state.step_in_epoch),
+                                   steps_per_epoch - state.step_in_epoch)
+                interrupted = train_epoch(
+                    model, optimizer, scheduler, spec.loss_fn, xla.device_loader(batches, dev),
+                    state, config.log_steps, progress, stop_signal.received,
+                    on_step=_every(config.checkpoint_steps, lambda s: _save(
+                        store, s, model, optimizer, scheduler, outputs)))
+                if interrupted:
+                    path = _save(store, state, model, optimizer, scheduler, outputs)
+                    raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
+                        state.global_step, path or "not written (no job dir)"),
+                        "the platform restarts the job, which resumes from the checkpoint")
+                eval_batches = _limited(data.eval_batches(),
+                                        config.num_steps or data.eval_steps)
+                accuracy = evaluate(model, xla.device_loader(eval_batches, dev), spec.topk)
+                executions_per_epoch.append(xla.execute_count() - executions_before)
+                compiles_after_epoch.append(xla.compile_count() - compiles_before)
+                state.epoch += 1
+                state.step_in_epoch = 0
+                _log_epoch(state, accuracy, outputs)
+                if store is None:
+                    outputs.flush()
+                else:
+                    _save(store, state, model, optimizer, scheduler, outputs)  # also flushes
+        finally:
+            outputs.flush()
     outputs.save_model(to_cpu(model.state_dict()))
     summary = {
         "trainer": spec.name,

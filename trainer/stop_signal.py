@@ -3,13 +3,16 @@
 The handler goes in as the trainer process starts, before torch is imported: in a container
 the trainer is PID 1, and the kernel drops signals PID 1 has no handler for, so a SIGTERM
 during the seconds of start-up would otherwise be lost and the job would run to the end (or
-be SIGKILLed). ``catch_sigterm`` is idempotent; ``received`` never touches the device.
+be SIGKILLed). ``catch_sigterm`` is idempotent; ``caught()`` also hands the previous handler
+back afterwards (for callers that train in-process); ``received`` never touches the device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+from typing import Iterator
 
 _received = False
 
@@ -26,6 +29,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def catch_sigterm() -> None:
     """From now on SIGTERM sets the flag instead of ending the process."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+@contextlib.contextmanager
+def caught() -> Iterator[None]:
+    """SIGTERM sets the flag while inside; the previous handler is restored on the way out."""
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def received() -> bool:

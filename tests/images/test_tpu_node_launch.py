@@ -5,13 +5,16 @@ and ``cloud-tpu-client`` installed in the xrt image as in the real base."""
 import json
 
 import fake_cloud_tpu as fake
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, clean_environ
-from containers import container_environ, json_lines, make, run_container, stderr_lines
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, clean_environ, read_records
+from containers import (
+    TESTS_IN_CONTAINER,
+    container_environ,
+    fake_trainer_mounts,
+    make,
+    run_container,
+    stderr_lines,
+)
 
-# A trainer that reports what it received; the launcher appends the job's arguments.
-REPORTING_TRAINER = ("python -c \"import json, os, sys; print(json.dumps({'pid': os.getpid(), "
-                     "'argv': sys.argv[1:], 'XRT_TPU_CONFIG': os.environ.get('XRT_TPU_CONFIG')"
-                     "}))\"")
 # The xrt stand-in has no torch_xla 1.11 to detect XRT from (README: stand-ins); the real
 # image needs no such setting.
 STANDIN_XRT = {"LAUNCHER_XLA_RUNTIME": "xrt"}
@@ -21,15 +24,19 @@ def seed_environ(cloud):
     return dict(container_environ(cloud), TPU_CONFIG=SEED_TPU_CONFIG, TF_CONFIG=SEED_TF_CONFIG)
 
 
-def test_xrt_image_resolves_the_node_and_the_trainer_sees_xrt_tpu_config(images, cloud):
+def test_xrt_image_resolves_the_node_and_the_trainer_sees_xrt_tpu_config(images, cloud,
+                                                                           tmp_path):
     cloud.api.answer_with(fake.state("CREATING"), fake.ready(ip="10.240.3.4"))
-    env = dict(seed_environ(cloud), LAUNCHER_TRAINER=REPORTING_TRAINER, **STANDIN_XRT)
-    result = run_container(images["xrt"], "--job-dir=gs://my-bucket/jobs/7", "--lr=0.1",
-                           env=env)
+    env = dict(seed_environ(cloud), FAKE_TRAINER_OUT="/out/trainer.jsonl",
+               LAUNCHER_TRAINER="python {}/fake_trainer.py".format(TESTS_IN_CONTAINER),
+               **STANDIN_XRT)
+    args = ["--job-dir=gs://my-bucket/jobs/7", "--lr=0.1"]
+    result = run_container(images["xrt"], *args, env=env,
+                           volumes=fake_trainer_mounts(str(tmp_path)))
     assert result.returncode == 0, result.stderr
-    [seen] = json_lines(result.stdout)
-    assert seen == {"pid": 1, "argv": ["--job-dir=gs://my-bucket/jobs/7", "--lr=0.1"],
-                    "XRT_TPU_CONFIG": "tpu_worker;0;10.240.3.4:8470"}
+    [start] = read_records(tmp_path / "trainer.jsonl")
+    assert start["pid"] == 1 and start["argv"] == args
+    assert start["env"]["XRT_TPU_CONFIG"] == "tpu_worker;0;10.240.3.4:8470"
     assert len(cloud.api.node_requests) >= 2  # it waited through CREATING
     assert "Traceback" not in result.stderr and "DuplicateFlagError" not in result.stderr
 

@@ -21,10 +21,6 @@ SHORT_RUN = ["--fake_data", "--num_epochs=1", "--num_steps=6", "--log_steps=3",
              "--batch_size=32"]
 
 
-def summary_of(text):
-    return json.loads(text)
-
-
 def test_vertex_aip_dirs_into_a_mounted_folder(images, tmp_path):
     env = {"CLUSTER_SPEC": CLUSTER_SPEC, "AIP_MODEL_DIR": "/out/model",
            "AIP_CHECKPOINT_DIR": "/out/checkpoints", "AIP_TENSORBOARD_LOG_DIR": "/out/logs"}
@@ -33,7 +29,7 @@ def test_vertex_aip_dirs_into_a_mounted_folder(images, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "launcher: platform: Vertex AI job without TPU (XLA CPU device)" in result.stderr
     assert "PJRT_DEVICE=CPU" in result.stderr
-    summary = summary_of((tmp_path / "model" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "model" / "summary.json").read_text())
     assert summary["global_step"] == 6
     assert (tmp_path / "model" / "model.pt").is_file()
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-000000006.pt"]
@@ -48,7 +44,7 @@ def test_job_dir_on_gcs(images, gcs, gcs_server):
     names = {blob.name for blob in gcs.list_blobs(prefix="jobs/1/")}
     assert {"jobs/1/summary.json", "jobs/1/metrics.jsonl", "jobs/1/model.pt",
             "jobs/1/checkpoints/ckpt-000000006.pt"} <= names
-    summary = summary_of(gcs.blob("jobs/1/summary.json").download_as_text())
+    summary = json.loads(gcs.blob("jobs/1/summary.json").download_as_text())
     assert summary["global_step"] == 6
 
 
@@ -76,7 +72,7 @@ def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes(images, tmp_
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from /job/checkpoints/ckpt-{:09d}.pt: epoch 1, step {}".format(
         step, step) in resumed.stdout + resumed.stderr
-    assert summary_of((tmp_path / "summary.json").read_text())["global_step"] == step + 5
+    assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == step + 5
 
 
 def test_local_path_needs_no_network(images, tmp_path):
@@ -84,7 +80,7 @@ def test_local_path_needs_no_network(images, tmp_path):
                            volumes={str(tmp_path): "/job"})
     assert result.returncode == 0, result.stderr
     assert "launcher: platform: no training platform found (XLA CPU device)" in result.stderr
-    assert summary_of((tmp_path / "summary.json").read_text())["global_step"] == 6
+    assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == 6
 
 
 def _wait_for_log(name, needle, timeout=300):

@@ -29,6 +29,7 @@ def test_secret_args_are_redacted_in_both_spellings():
     ("https://ann:hunter2@host/x", "https://ann:" + REDACTED + "@host/x"),
     ("--data_dir=gs://bucket/path:with@odd", "--data_dir=gs://bucket/path:with@odd"),
     ("--lr=0.1", "--lr=0.1"),
+    ("--note=a basic token of thanks", "--note=a basic token of thanks"),  # prose stays
 ])
 def test_secrets_inside_values_are_redacted(arg, shown):
     assert redact_args([arg]) == [shown]

@@ -59,7 +59,8 @@ def main() -> int:
                 print(result.stderr[-3000:], file=sys.stderr)
                 return 1
             total += seconds
-            print("{:<46} {:>9.1f}".format("make " + " ".join(step[:2]), seconds))
+            runtime_arg = next(arg for arg in step if arg.startswith("RUNTIME="))
+            print("{:<46} {:>9.1f}".format("make {} {}".format(step[0], runtime_arg), seconds))
     print("{:<46} {:>9.1f}".format("all four builds", total))
     print()
     print("{:<10} {:>14} {:>14} {:>14} {:>8}".format("profile", "stand-in GB", "image GB",

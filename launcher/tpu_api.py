@@ -52,8 +52,9 @@ class NodeProbe:
         # applies, which also makes absl warn about logging before InitializeLog. This process
         # only resolves an address and runs no kernels, so the choice changes nothing else.
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-        # TF's metadata and API requests have no timeout; a hung socket must not outlive the
-        # deadline. This process only resolves and then execs, so the global is harmless.
+        # TF's metadata and API requests have no timeout of their own: cap each one, so that a
+        # stuck request is retried within a long wait (the wait loop cuts any request off at
+        # its deadline). This process only resolves and then execs, so the global is harmless.
         socket.setdefaulttimeout(REQUEST_TIMEOUT_S)
         from tensorflow.python.distribute.cluster_resolver.tpu import tpu_cluster_resolver
 

@@ -13,6 +13,8 @@ from typing import Iterator, Optional, Tuple
 
 import torch
 
+from trainer.errors import TrainerError
+
 Batch = Tuple[torch.Tensor, torch.Tensor]
 # Label of padding examples in evaluation batches: never predicted, never counted.
 IGNORE_LABEL = -1
@@ -24,6 +26,16 @@ def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
     generator = torch.Generator()
     generator.manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(size, generator=generator)
+
+
+def steps_in(examples: int, batch_size: int, where: str) -> int:
+    """Full training batches in ``examples``; a set smaller than one batch is refused (a run
+    of zero steps would "succeed" without training)."""
+    if examples < batch_size:
+        raise TrainerError("--batch_size={} is larger than the training set ({} examples in "
+                           "{})".format(batch_size, examples, where),
+                           "lower --batch_size or add training data")
+    return examples // batch_size
 
 
 def pad_batch(x: torch.Tensor, y: torch.Tensor, size: int) -> Batch:
@@ -65,7 +77,7 @@ class TensorSource(DataSource):
 
     def __post_init__(self) -> None:
         self.eval_batch_size = self.eval_batch_size or self.batch_size
-        self.steps_per_epoch = len(self.train_x) // self.batch_size
+        self.steps_per_epoch = steps_in(len(self.train_x), self.batch_size, "the data dir")
         self.eval_steps = -(-len(self.eval_x) // self.eval_batch_size)
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:

@@ -60,6 +60,27 @@ class CheckpointStore:
         return None
 
 
+def mismatch(model: torch.nn.Module, saved: Dict[str, Any]) -> Optional[str]:
+    """Why the saved ``model`` state cannot be loaded into ``model`` (a short phrase naming the
+    first differing parameter), or None when it fits."""
+    expected = model.state_dict()
+    state = saved.get("model")
+    if not isinstance(state, dict):
+        return "it holds no model state"
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        return "{} parameters missing (e.g. {}), {} unexpected (e.g. {})".format(
+            len(missing), missing[0] if missing else "-", len(unexpected),
+            unexpected[0] if unexpected else "-")
+    for name, tensor in expected.items():
+        value = state[name]
+        if not isinstance(value, torch.Tensor) or value.shape != tensor.shape:
+            return "{} has shape {}, this model needs {}".format(
+                name, tuple(getattr(value, "shape", ())), tuple(tensor.shape))
+    return None
+
+
 def _load(data: bytes) -> Any:
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)

@@ -14,28 +14,37 @@ from typing import Any, Callable, Dict, List, Optional
 
 from absl import flags
 
-from trainer.config import FLAGS, config_from_flags, normalize_argv
+from trainer.config import FLAGS, TrainConfig, config_from_flags, normalize_argv
 from trainer.errors import EX_USAGE, TrainerError
 from trainer.outputs import OutputPaths
 
 
-def run_main(define_flags: Callable[[], None], run: Callable[..., Dict[str, Any]],
+def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any]],
              argv: Optional[List[str]] = None) -> int:
     """Define and parse flags, build the config, ``run(config, paths=...)``, and map errors
     to exit codes. The one place that reads the environment (Vertex's ``AIP_*`` dirs)."""
     _configure_logging()
     define_flags()
     try:
-        FLAGS(normalize_argv(list(sys.argv if argv is None else argv)))
-    except flags.Error as error:
-        return _report(TrainerError(str(error).splitlines()[0] if str(error) else repr(error),
-                                    "see --helpfull for the flags", EX_USAGE))
-    try:
-        config = config_from_flags(FLAGS)
+        config = parse_config(list(sys.argv if argv is None else argv))
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
         return _report(error)
     return 0
+
+
+def parse_config(argv: List[str], flag_values: Any = FLAGS) -> TrainConfig:
+    """The ``TrainConfig`` that ``argv`` (program name first) asks for, from flags already
+    defined in ``flag_values``; anything unusable is a ``TrainerError`` (exit 64)."""
+    try:
+        positional = flag_values(normalize_argv(argv, flag_values))[1:]
+    except flags.Error as error:
+        raise TrainerError(str(error).splitlines()[0] if str(error) else repr(error),
+                           "see --helpfull for the flags", EX_USAGE)
+    if positional:  # the trainers take flags only: a stray word is a mistake, not ignorable
+        raise TrainerError("unexpected argument {!r}".format(positional[0]),
+                           "pass options as --name=value; see --helpfull", EX_USAGE)
+    return config_from_flags(flag_values)
 
 
 def _configure_logging() -> None:

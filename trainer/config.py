@@ -5,6 +5,7 @@ tests build one directly."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -13,6 +14,8 @@ from absl import flags
 from trainer.errors import TrainerError
 
 FLAGS = flags.FLAGS
+# Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
+MAX_SEED = 2 ** 32 - 1
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,11 @@ class TrainConfig:
     eval_batch_size: int = 0
 
     def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise TrainerError("--{} must be a finite number, got {}".format(
+                    field.name, value), "e.g. --{}={}".format(field.name, field.default))
         positive = ("batch_size", "num_epochs", "keep_checkpoints", "image_size")
         for name in positive:
             if getattr(self, name) <= 0:
@@ -53,6 +61,13 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
                     name, getattr(self, name)), "use 0 or a positive value")
+        if self.warmup_epochs > self.num_epochs:
+            raise TrainerError("--warmup_epochs={} is longer than the run (--num_epochs={})"
+                               .format(self.warmup_epochs, self.num_epochs),
+                               "use a warmup of at most --num_epochs, usually a few epochs")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise TrainerError("--seed must be in [0, {}], got {}".format(MAX_SEED, self.seed),
+                               "e.g. --seed=1")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise TrainerError("--label_smoothing must be in [0, 1), got {}".format(
                 self.label_smoothing), "e.g. --label_smoothing=0.1")
@@ -61,8 +76,10 @@ class TrainConfig:
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
 
 
-def define_common_flags(exclude: Tuple[str, ...] = (), **defaults: Any) -> None:
-    """Define the shared flags, except ``exclude``; ``defaults`` override ``TrainConfig``'s."""
+def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
+                        **defaults: Any) -> None:
+    """Define the shared flags in ``flag_values``, except ``exclude``; ``defaults`` override
+    ``TrainConfig``'s."""
     values = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     values.update(defaults)
     helps = {
@@ -94,13 +111,14 @@ def define_common_flags(exclude: Tuple[str, ...] = (), **defaults: Any) -> None:
         value = values[name]
         text = "{} (default: {})".format(help_text, value)
         if isinstance(value, bool):
-            flags.DEFINE_bool(name, value, text)
+            define = flags.DEFINE_bool
         elif isinstance(value, int):
-            flags.DEFINE_integer(name, value, text)
+            define = flags.DEFINE_integer
         elif isinstance(value, float):
-            flags.DEFINE_float(name, value, text)
+            define = flags.DEFINE_float
         else:
-            flags.DEFINE_string(name, value, text)
+            define = flags.DEFINE_string
+        define(name, value, text, flag_values=flag_values)
 
 
 def config_from_flags(flag_values: Any = FLAGS) -> TrainConfig:

@@ -9,15 +9,15 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
 from trainer import stop_signal, xla
 from trainer.batches import DataSource
-from trainer.checkpoints import CheckpointStore, to_cpu
+from trainer.checkpoints import CheckpointStore, checkpoint_name, mismatch, to_cpu
 from trainer.config import TrainConfig
-from trainer.errors import EX_PREEMPTED, TrainerError
+from trainer.errors import EX_PREEMPTED, DataError, TrainerError
 from trainer.loop import LoopState, evaluate, train_epoch
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
 
@@ -72,10 +72,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     if store is not None:
         restored = store.load_latest()
         if restored is not None:
+            _refuse_foreign(store, restored, model)
             _restore(restored[1], model, optimizer, scheduler, state, dev)
             restored_total = restored[1].get("loss_total", 0.0)
             log.info("resumed from %s: epoch %d, step %d", store.directory.join(
-                "ckpt-{:09d}.pt".format(restored[0])), state.epoch + 1, state.global_step)
+                checkpoint_name(restored[0])), state.epoch + 1, state.global_step)
     outputs = RunOutputs(paths, resume_step=state.global_step,
                          hypertune_tag=config.hypertune_metric)
     log.info("%s on %s (%s): %d steps/epoch x %d epochs, batch %d", spec.name, dev,
@@ -199,6 +200,17 @@ def _save(store: Optional[CheckpointStore], state: LoopState, model: torch.nn.Mo
     outputs.flush()  # metrics up to this step are durable together with the checkpoint
     log.info("checkpoint %s", path)
     return path
+
+
+def _refuse_foreign(store: CheckpointStore, restored: Tuple[int, Dict[str, Any]],
+                    model: torch.nn.Module) -> None:
+    """Stop before training when the newest checkpoint belongs to another model: starting
+    over would rotate that run's checkpoints away."""
+    problem = mismatch(model, restored[1])
+    if problem is not None:
+        raise DataError("checkpoint {} was written by another model: {}".format(
+            store.directory.join(checkpoint_name(restored[0])), problem),
+            "use a new --job_dir for this model, or move the old checkpoints away")
 
 
 def _restore(saved: Dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,

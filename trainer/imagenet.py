@@ -20,7 +20,7 @@ import torch
 
 from trainer.batches import DataSource, FakeSource
 from trainer.cli import run_main
-from trainer.config import TrainConfig, define_common_flags
+from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
@@ -32,8 +32,8 @@ NUM_CLASSES = 1000
 FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 1281167, 50000
 
 
-def define_flags() -> None:
-    define_common_flags(batch_size=128, num_epochs=90, lr=0.1, momentum=0.9, weight_decay=1e-4,
+def define_flags(flag_values: Any = FLAGS) -> None:
+    define_common_flags(flag_values=flag_values, batch_size=128, num_epochs=90, lr=0.1, momentum=0.9, weight_decay=1e-4,
                         warmup_epochs=5.0, label_smoothing=0.1, log_steps=100, num_workers=8,
                         model="resnet50", image_size=224)
 

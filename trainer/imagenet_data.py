@@ -9,7 +9,7 @@ from typing import Iterator, List
 
 from torch.utils.data import DataLoader, Sampler
 
-from trainer.batches import Batch, DataSource, epoch_order, pad_batch
+from trainer.batches import Batch, DataSource, epoch_order, pad_batch, steps_in
 from trainer.errors import DataError
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -48,12 +48,9 @@ class ImageFolderSource(DataSource):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_classes = len(self.train.classes)
-        self.steps_per_epoch = len(self.train) // batch_size
+        self.steps_per_epoch = steps_in(len(self.train), batch_size,
+                                        os.path.join(data_dir, "train"))
         self.eval_steps = -(-len(self.val) // self.eval_batch_size)
-        if self.steps_per_epoch == 0:
-            raise DataError("{} has {} images, fewer than one batch of {}".format(
-                os.path.join(data_dir, "train"), len(self.train), batch_size),
-                "lower --batch_size or add images")
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         sampler = _EpochSampler(len(self.train), self.seed, epoch, start_step * self.batch_size)

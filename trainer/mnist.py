@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from trainer import mnist_data
 from trainer.batches import DataSource, FakeSource, TensorSource
 from trainer.cli import run_main
-from trainer.config import TrainConfig, define_common_flags
+from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -51,8 +51,9 @@ class MnistNet(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def define_flags() -> None:
-    define_common_flags(exclude=("model", "image_size", "label_smoothing", "num_workers"))
+def define_flags(flag_values: Any = FLAGS) -> None:
+    define_common_flags(exclude=("model", "image_size", "label_smoothing", "num_workers"),
+                        flag_values=flag_values)
 
 
 def build_data(config: TrainConfig) -> DataSource:

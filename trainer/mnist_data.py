@@ -51,7 +51,10 @@ def _load_split(source: "_Source", split: str) -> Tuple[torch.Tensor, torch.Tens
         raise DataError("{} has {} images but {} has {} labels".format(
             images_name, len(images), labels_name, len(labels)),
             "the two files of a split must come from the same data set")
-    if labels.size and labels.max() > 9:
+    if len(images) == 0:
+        raise DataError("{} holds no examples".format(images_name),
+                        "check that --data_dir holds the full MNIST files")
+    if labels.max() > 9:
         raise DataError("{} holds label {} (MNIST labels are 0-9)".format(labels_name,
                                                                           labels.max()),
                         "check that --data_dir holds MNIST")

@@ -22,6 +22,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from trainer.errors import StorageError
 from trainer.storage import Directory, LocalDirectory, open_dir
 
 METRICS = "metrics.jsonl"
@@ -66,8 +67,12 @@ class RunOutputs:
             local = (self._tensorboard_dir.path if isinstance(self._tensorboard_dir,
                                                               LocalDirectory)
                      else os.path.join(self._work, "tensorboard"))
-            self._writer = SummaryWriter(local, purge_step=resume_step + 1 if resume_step
-                                         else None)
+            try:
+                self._writer = SummaryWriter(local, purge_step=resume_step + 1 if resume_step
+                                             else None)
+            except OSError as error:
+                raise StorageError("cannot write TensorBoard files to {}: {}".format(
+                    local, error.strerror), "check the job dir: tensorboard/ must be a folder")
             self._tensorboard_local = local
         self._hypertune = None
         self._uploaded: Dict[str, int] = {}  # gs:// object -> size of the local file uploaded
@@ -85,7 +90,8 @@ class RunOutputs:
         kept = [line for line in previous if _step_of(line) is not None
                 and _step_of(line) <= resume_step] if resume_step else previous
         if local and kept == previous:
-            return path  # appending continues the file as it is
+            _append(path, "")  # appending continues the file as it is; fail now, not later
+            return path
         content = "".join(line + "\n" for line in kept).encode()
         if local:
             self.model_dir.write_bytes(METRICS, content)
@@ -98,8 +104,7 @@ class RunOutputs:
         """One metrics line ({"kind", "step", ...values}) and TensorBoard scalars."""
         if self._metrics_path is not None:
             line = json.dumps(dict({"kind": kind, "step": step}, **values), sort_keys=True)
-            with open(self._metrics_path, "a") as handle:
-                handle.write(line + "\n")
+            _append(self._metrics_path, line + "\n")
         if self._writer is not None:
             for name, value in values.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -152,6 +157,15 @@ class RunOutputs:
         if self._writer is not None:
             self._writer.close()
         shutil.rmtree(self._work, ignore_errors=True)
+
+
+def _append(path: str, text: str) -> None:
+    try:
+        with open(path, "a") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise StorageError("cannot write {}: {}".format(path, error.strerror),
+                           "the job dir's {} must be a writable file".format(METRICS))
 
 
 def _step_of(line: str) -> Optional[int]:

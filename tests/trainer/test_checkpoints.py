@@ -2,7 +2,7 @@
 
 import torch
 
-from trainer.checkpoints import CheckpointStore, checkpoint_name, to_cpu
+from trainer.checkpoints import CheckpointStore, checkpoint_name, mismatch, to_cpu
 from trainer.storage import LocalDirectory
 
 
@@ -34,3 +34,12 @@ def test_empty_store_has_nothing(tmp_path):
 def test_to_cpu_copies_nested_state():
     nested = {"a": [torch.ones(2), (torch.zeros(1), 3)], "b": "x"}
     assert to_cpu(nested)["a"][1][1] == 3 and to_cpu(nested)["b"] == "x"
+
+def test_mismatch_names_the_first_differing_parameter():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    assert mismatch(model, {"model": to_cpu(model.state_dict())}) is None
+    assert mismatch(model, {"model": torch.nn.Linear(4, 3).state_dict()}) == (
+        "2 parameters missing (e.g. 0.bias), 2 unexpected (e.g. bias)")
+    assert mismatch(model, {"model": torch.nn.Sequential(torch.nn.Linear(4, 5)).state_dict()}
+                    ) == "0.weight has shape (5, 4), this model needs (3, 4)"
+    assert mismatch(model, {"step": 3}) == "it holds no model state"

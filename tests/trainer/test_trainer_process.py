@@ -10,9 +10,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+import torch
 
 from conftest import REPO, clean_environ
+from test_mnist_data import write_idx
 from trainer.checkpoints import checkpoint_name
 
 
@@ -36,6 +39,45 @@ def test_bad_flags_and_data_are_one_line_errors(args, code, text):
     lines = err.strip().splitlines()
     assert returncode == code, err
     assert text in lines[-2] and lines[-1].startswith("HINT: ") and "Traceback" not in err
+
+def write_mnist(folder, train_examples, test_examples=3):
+    """The four MNIST IDX files with this many (blank) examples."""
+    folder.mkdir()
+    for split, count in (("train", train_examples), ("t10k", test_examples)):
+        write_idx(folder / "{}-images-idx3-ubyte".format(split),
+                  np.zeros((count, 28, 28)), 2051)
+        write_idx(folder / "{}-labels-idx1-ubyte".format(split), np.zeros(count), 2049)
+    return folder
+
+@pytest.mark.parametrize("train_examples, args, code, text", [
+    (0, [], 65, "train-images-idx3-ubyte holds no examples"),
+    (50, ["--batch_size=64"], 64, "--batch_size=64 is larger than the training set (50 "),
+])
+def test_data_that_cannot_train_is_refused(tmp_path, train_examples, args, code, text):
+    data = write_mnist(tmp_path / "mnist", train_examples)
+    returncode, _, err = finish(trainer("trainer.mnist", "--data_dir=" + str(data), *args))
+    assert returncode == code, err
+    assert text in err and "Traceback" not in err
+
+def test_metrics_file_that_is_a_folder_is_a_storage_error(tmp_path):
+    (tmp_path / "metrics.jsonl").mkdir()
+    returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", "--num_steps=2",
+                                        "--job_dir=" + str(tmp_path)))
+    assert returncode == 74, err
+    assert "cannot write {}".format(tmp_path / "metrics.jsonl") in err
+    assert "Traceback" not in err
+
+def test_checkpoint_of_another_model_is_refused_and_kept(tmp_path):
+    foreign = tmp_path / "checkpoints" / checkpoint_name(7)
+    foreign.parent.mkdir()
+    torch.save({"step": 7, "model": torch.nn.Linear(3, 2).state_dict()}, str(foreign))
+    content = foreign.read_bytes()
+    returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", "--num_steps=2",
+                                        "--job_dir=" + str(tmp_path)))
+    assert returncode == 65, err
+    assert "checkpoint {} was written by another model".format(foreign) in err
+    assert "Traceback" not in err
+    assert os.listdir(str(foreign.parent)) == [foreign.name] and foreign.read_bytes() == content
 
 def wait_for_line(process, needle, timeout=120):
     deadline = time.monotonic() + timeout

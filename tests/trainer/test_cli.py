@@ -1,0 +1,94 @@
+"""trainer.cli.parse_config: every flag set is either refused with a one-line usage error
+(exit 64) or gives a config that the optimizer, the schedule and the seeding can use.
+Checked on listed cases and by hypothesis over both trainers' whole flag space."""
+
+import math
+
+import pytest
+import torch
+from absl import flags
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainer import imagenet, mnist
+from trainer.batches import epoch_order
+from trainer.cli import parse_config
+from trainer.errors import EX_USAGE, TrainerError
+from trainer.fit import build_optimizer
+
+
+def defined(trainer):
+    """A private flag set holding ``trainer``'s flags (the global one is for ``main``)."""
+    flag_values = flags.FlagValues()
+    trainer.define_flags(flag_values)
+    return flag_values
+
+TRAINER_FLAGS = {"mnist": defined(mnist), "imagenet": defined(imagenet)}
+
+def parse(trainer, *args):
+    flag_values = TRAINER_FLAGS[trainer]
+    flag_values.unparse_flags()
+    return parse_config(["trainer"] + list(args), flag_values)
+
+def assert_usable(config):
+    """What training does with the numbers before its first step, plus the last step's."""
+    model = torch.nn.Linear(2, 2)
+    for steps_per_epoch in (1, 937):
+        _, scheduler = build_optimizer(config, model, steps_per_epoch)
+        total = config.num_epochs * steps_per_epoch
+        warmup = int(config.warmup_epochs * steps_per_epoch)
+        for step in {0, max(0, warmup - 1), warmup, total - 1}:
+            factor = scheduler.lr_lambdas[0](step)
+            assert 0.0 <= factor <= 1.0 and math.isfinite(factor * config.lr)
+    torch.manual_seed(config.seed)
+    epoch_order(3, config.seed, config.num_epochs)
+
+@pytest.mark.parametrize("args, text", [
+    (["--lr=nan"], "--lr must be a finite number, got nan"),
+    (["--lr=inf"], "--lr must be a finite number, got inf"),
+    (["--momentum=-inf"], "--momentum must be a finite number"),
+    (["--warmup_epochs=1e308"], "--warmup_epochs=1e+308 is longer than the run"),
+    (["--seed=1180591620717411303424"], "--seed must be in [0, 4294967295]"),
+    (["--seed=-1"], "--seed must be in [0, 4294967295]"),
+    (["stray"], "unexpected argument 'stray'"),
+    (["--batch_size=64", "8"], "unexpected argument '8'"),
+    (["--batch_size=x"], "batch_size"),
+])
+def test_refused_flags_name_the_flag(args, text):
+    with pytest.raises(TrainerError) as raised:
+        parse("mnist", "--fake_data", *args)
+    assert text in raised.value.message and raised.value.hint
+    assert raised.value.exit_code == EX_USAGE
+
+def test_platform_spelling_and_a_full_flag_set_parse():
+    config = parse("imagenet", "--fake_data", "--job-dir=gs://b/j", "--warmup_epochs=2",
+                   "--seed=4294967295", "--lr=0.4")
+    assert (config.job_dir, config.warmup_epochs, config.seed) == ("gs://b/j", 2.0, 2 ** 32 - 1)
+    assert_usable(config)
+
+NUMBERS = st.one_of(
+    st.integers(min_value=-2 ** 80, max_value=2 ** 80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["1e308", "-0", "0x10", "1_000", "", " 3", "nan", "-inf", "2**70"]))
+VALUES = st.one_of(NUMBERS, st.text(max_size=12), st.booleans())
+
+def flag_args(trainer):
+    names = sorted(TRAINER_FLAGS[trainer]) + ["no_such_flag", "job-dir", "noFake_data"]
+    option = st.tuples(st.sampled_from(names), VALUES).map(
+        lambda pair: "--{}={}".format(pair[0], str(pair[1]).lower()
+                                      if isinstance(pair[1], bool) else pair[1]))
+    word = st.text(min_size=1, max_size=8).filter(lambda text: not text.startswith("-"))
+    return st.lists(st.one_of(option, option, option, word), max_size=6)
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(TRAINER_FLAGS)).flatmap(
+    lambda trainer: st.tuples(st.just(trainer), flag_args(trainer))))
+def test_any_flags_are_refused_in_one_line_or_usable(case):
+    trainer, args = case
+    try:
+        config = parse(trainer, "--fake_data", *args)
+    except TrainerError as error:
+        assert error.exit_code == EX_USAGE
+        assert error.message and "\n" not in error.message + error.hint
+        return
+    assert_usable(config)

@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 import torch
+from test_mnist_data import write_idx
 
 from conftest import REPO, clean_environ
-from test_mnist_data import write_idx
 from trainer.checkpoints import checkpoint_name
 
 

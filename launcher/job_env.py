@@ -22,6 +22,7 @@ mapping, so tests pass plain dicts.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -45,7 +46,8 @@ class TpuConfig:
     @classmethod
     def parse(cls, text: str) -> "TpuConfig":
         obj = _json_object("TPU_CONFIG", text)
-        fields = {key: _non_empty_string(obj, "TPU_CONFIG", key)
+        fields = {key: _resource_name("TPU_CONFIG." + key,
+                                      _non_empty_string(obj, "TPU_CONFIG", key))
                   for key in ("project", "zone", "tpu_node_name")}
         return cls(**fields)
 
@@ -130,7 +132,7 @@ class JobEnvironment:
 
         tpu_config, tf_config, cluster_spec = get("TPU_CONFIG"), get("TF_CONFIG"), get(
             "CLUSTER_SPEC")
-        pjrt_device = get("PJRT_DEVICE")
+        pjrt_device, tpu_name = get("PJRT_DEVICE"), get("TPU_NAME")
         if pjrt_device is not None and pjrt_device.strip().upper() not in PJRT_DEVICES:
             raise ConfigError(
                 "PJRT_DEVICE={!r} is not a device torch_xla knows".format(pjrt_device),
@@ -141,7 +143,7 @@ class JobEnvironment:
             tf_config=ClusterConfig.parse("TF_CONFIG", tf_config) if tf_config else None,
             cluster_spec=(ClusterConfig.parse("CLUSTER_SPEC", cluster_spec)
                           if cluster_spec else None),
-            tpu_name=_strip(get("TPU_NAME")),
+            tpu_name=_resource_name("TPU_NAME", tpu_name.strip()) if tpu_name else None,
             runtime_settings=tuple(
                 (name, environ[name].strip().upper() if name == "PJRT_DEVICE"
                  else environ[name].strip())
@@ -151,8 +153,35 @@ class JobEnvironment:
         )
 
 
-def _strip(value: Optional[str]) -> Optional[str]:
-    return value.strip() if value is not None else None
+# What can stand in a node's resource path (``projects/P/locations/Z/nodes/N``): node names
+# are lowercase RFC 1035 labels; zones and project IDs (which may carry a ``domain:`` prefix)
+# are checked only for characters that no such name has. Anything else is a typo, and the API
+# would answer 404, which reads as "not created yet": the launcher would wait out its whole
+# deadline for a node that cannot exist.
+_RESOURCE_NAMES = {
+    "tpu_node_name": re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"),
+    "zone": re.compile(r"[a-z][-a-z0-9]*"),
+    "project": re.compile(r"[A-Za-z0-9][-A-Za-z0-9.:]*"),
+}
+_RESOURCE_HINTS = {
+    "tpu_node_name": "a TPU node name is up to 63 lowercase letters, digits and '-', starting "
+                     "with a letter (gcloud compute tpus list)",
+    "zone": "a zone looks like us-central1-b",
+    "project": "use the project ID (gcloud projects list), e.g. my-project-123",
+}
+
+
+def _resource_name(variable: str, value: str) -> str:
+    """``value`` when it can name the Cloud TPU resource ``variable`` holds, else a
+    ``ConfigError``; ``TPU_NAME`` holds a node name."""
+    kind = variable.rpartition(".")[2] if "." in variable else "tpu_node_name"
+    if not _RESOURCE_NAMES[kind].fullmatch(value):
+        hint = _RESOURCE_HINTS[kind]
+        if kind == "tpu_node_name" and "://" in value:
+            hint = 'to use a TPU by address, set XRT_TPU_CONFIG="tpu_worker;0;HOST:PORT"'
+        raise ConfigError("{}={!r} is not a valid {}".format(
+            variable, value, kind.replace("tpu_node_name", "TPU node name")), hint)
+    return value
 
 
 def _json_object(variable: str, text: str) -> Dict[str, Any]:

@@ -8,7 +8,8 @@ TPU node path needs it.
 
 Each ``poll()`` returns a ``NodeStatus`` or raises:
 ``TransientError`` (retry: 404, 408, 429, 5xx, connection errors, timeouts, node not ready),
-``PermissionDeniedError`` (401/403, no credentials), ``TpuApiError`` (malformed answers).
+``PermissionDeniedError`` (401/403, no credentials), ``TpuApiError`` (malformed answers: not
+a Node object, wrong field types, unusable addresses).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class NodeProbe:
             if state != READY:
                 return NodeStatus(state)
             health = self._client.health()
+            if health is not None and not isinstance(health, str):
+                raise _not_a_node(self.node.name, "health is {!r}".format(health))
             if health != HEALTHY:
                 return NodeStatus(state, health)
             workers = self._resolver.cluster_spec().as_dict().get("worker") or []
@@ -127,10 +130,21 @@ def classify(error: BaseException, node_name: str) -> Exception:
         return TransientError("cannot reach the Cloud TPU API: {}".format(_describe(error)))
     if isinstance(error, RuntimeError) and "not yet ready" in str(error):
         return TransientError("node changed state while being read")
+    if isinstance(error, (AttributeError, TypeError, KeyError, IndexError)):
+        # The client indexes the answer as a Node object: these mean it was something else.
+        return _not_a_node(node_name, _describe(error))
     return TpuApiError(
         "unusable answer from the Cloud TPU API for TPU node {!r}: {}".format(
             node_name, _describe(error)),
         "check TPU_API_DISCOVERY_URL and the API's response; rerun with more logging")
+
+
+def _not_a_node(node_name: str, detail: str) -> TpuApiError:
+    return TpuApiError(
+        "the Cloud TPU API's answer for TPU node {!r} is not a Node resource ({})".format(
+            node_name, detail),
+        "expected a JSON object with state, health and networkEndpoints; check "
+        "TPU_API_DISCOVERY_URL or report the response")
 
 
 def _http_status(error: BaseException) -> Optional[int]:

@@ -5,6 +5,8 @@ what it was started with."""
 import json
 import time
 
+import pytest
+
 import fake_cloud_tpu as fake
 from conftest import (
     SEED_TF_CONFIG,
@@ -72,6 +74,33 @@ def test_an_unusable_address_from_the_api_is_a_protocol_error(cloud, trainer_out
     error, hint = result.stderr.splitlines()[-2:]
     assert "the Cloud TPU API answered with an unusable address" in error and "999.1.1.1" in error
     assert read_records(trainer_out) == []
+
+
+@pytest.mark.parametrize("body, detail", [
+    ('"just a string"', "AttributeError: 'str' object has no attribute 'get'"),
+    ("[1, 2]", "AttributeError: 'list' object has no attribute 'get'"),
+    ("<html>not json</html>", "AttributeError"),
+    ('{"state": "READY", "health": 7}', "health is 7"),
+    ('{"state": "READY", "health": "HEALTHY", "networkEndpoints": "10.0.0.1"}', "TypeError"),
+])
+def test_a_malformed_api_answer_is_a_protocol_error(cloud, trainer_out, body, detail):
+    cloud.api.answer_with((200, body))
+    result = run_launcher(env=seed_env(cloud, trainer_out, LAUNCHER_XLA_RUNTIME="xrt"))
+    assert result.returncode == EX_PROTOCOL, result.stderr
+    error, hint = result.stderr.splitlines()[-2:]
+    assert "answer for TPU node '{}' is not a Node resource ({}".format(fake.NODE, detail
+                                                                         ) in error
+    assert "HINT: expected a JSON object with state" in hint and "Traceback" not in result.stderr
+    assert read_records(trainer_out) == []
+
+
+@pytest.mark.parametrize("name", ["a/b", "my tpu", "Node_1", "grpc://10.0.0.2:8470"])
+def test_a_tpu_name_that_cannot_exist_stops_before_any_request(cloud, trainer_out, name):
+    result = run_launcher(env=seed_env(cloud, trainer_out, TPU_NAME=name,
+                                       LAUNCHER_XLA_RUNTIME="xrt"))
+    assert result.returncode == EX_CONFIG, result.stderr
+    assert "TPU_NAME={!r} is not a valid TPU node name".format(name) in result.stderr
+    assert cloud.api.node_requests == [] and read_records(trainer_out) == []
 
 
 def test_a_hung_api_does_not_outlive_the_deadline(cloud, trainer_out):

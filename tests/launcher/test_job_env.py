@@ -126,13 +126,42 @@ def test_fuzz_cluster_spec(value):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(min_size=1, max_size=20).filter(str.strip),
-       st.text(min_size=1, max_size=20).filter(str.strip),
-       st.text(min_size=1, max_size=20).filter(str.strip))
+@given(st.from_regex(r"[a-z][-a-z0-9]{5,28}[a-z0-9]", fullmatch=True),
+       st.from_regex(r"[a-z]{2,12}-[a-z]{2,10}[0-9]-[a-f]", fullmatch=True),
+       st.from_regex(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True))
 def test_fuzz_valid_tpu_config_always_parses(project, zone, name):
     text = json.dumps({"project": project, "zone": zone, "tpu_node_name": name})
     config = JobEnvironment.from_environ({"TPU_CONFIG": text}).tpu_config
-    assert config == TpuConfig(project.strip(), zone.strip(), name.strip())
+    assert config == TpuConfig(project, zone, name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["project", "zone", "tpu_node_name"]), st.text(min_size=1, max_size=70))
+def test_fuzz_any_name_parses_or_names_the_field(field, value):
+    fields = {"project": "my-project", "zone": "us-central1-b", "tpu_node_name": "my-tpu",
+              field: value}
+    try:
+        JobEnvironment.from_environ({"TPU_CONFIG": json.dumps(fields)})
+    except ConfigError as error:
+        assert "TPU_CONFIG." + field in error.message and error.hint
+
+
+@pytest.mark.parametrize("environ, message", [
+    ({"TPU_NAME": "a/b"}, "TPU_NAME='a/b' is not a valid TPU node name"),
+    ({"TPU_NAME": "My_TPU"}, "TPU_NAME='My_TPU' is not a valid TPU node name"),
+    ({"TPU_NAME": "x" * 64}, "is not a valid TPU node name"),
+    ({"TPU_NAME": "grpc://10.0.0.2:8470"}, "TPU_NAME='grpc://10.0.0.2:8470' is not a valid"),
+    ({"TPU_CONFIG": '{"project": "p q", "zone": "us-central1-b", "tpu_node_name": "n"}'},
+     "TPU_CONFIG.project='p q' is not a valid project"),
+    ({"TPU_CONFIG": '{"project": "p", "zone": "us-central1-b?", "tpu_node_name": "n"}'},
+     "TPU_CONFIG.zone='us-central1-b?' is not a valid zone"),
+    ({"TPU_CONFIG": '{"project": "p", "zone": "us-central1-b", "tpu_node_name": "n/../m"}'},
+     "TPU_CONFIG.tpu_node_name='n/../m' is not a valid TPU node name"),
+])
+def test_names_that_cannot_exist_are_config_errors(environ, message):
+    with pytest.raises(ConfigError) as caught:
+        JobEnvironment.from_environ(environ)
+    assert message in caught.value.message and caught.value.exit_code == EX_CONFIG
 
 
 @pytest.mark.parametrize("variable", ["TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC"])

@@ -38,10 +38,15 @@ comma := ,
 require = $(if $(strip $($(1))),,$(error $(1) is not set: make $@ $(1)=...))
 check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt or pjrt, got '$(RUNTIME)'))
 
-$(STAMP): requirements/dev.lock pyproject.toml
+# $(VENV)/gcs2: the xrt image's google-cloud-storage 2.x, an overlay the tests put first on
+# PYTHONPATH to run the trainer against both majors the images ship (tests/trainer).
+PIP_INSTALL := $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check
+$(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check -r requirements/dev.lock
-	$(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps -e .
+	$(PIP_INSTALL) -r requirements/dev.lock
+	$(PIP_INSTALL) --no-deps -e .
+	rm -rf $(VENV)/gcs2 && $(PIP_INSTALL) --no-deps --target $(VENV)/gcs2 \
+		$$(grep '^google-cloud-storage==' requirements/image-xrt.txt)
 	touch $@
 
 venv: $(STAMP)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 
+from trainer import storage
 from trainer.config import FLAGS, TrainConfig, config_from_flags, normalize_argv
 from trainer.errors import EX_USAGE, TrainerError
 from trainer.outputs import OutputPaths
@@ -26,6 +27,7 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
     _configure_logging()
     define_flags()
     try:
+        _configure_storage(os.environ)
         config = parse_config(list(sys.argv if argv is None else argv))
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
@@ -45,6 +47,22 @@ def parse_config(argv: List[str], flag_values: Any = FLAGS) -> TrainConfig:
         raise TrainerError("unexpected argument {!r}".format(positional[0]),
                            "pass options as --name=value; see --helpfull", EX_USAGE)
     return config_from_flags(flag_values)
+
+
+def _configure_storage(environ: Mapping[str, str]) -> None:
+    """``TRAINER_GCS_RETRY_DEADLINE``: seconds one GCS operation keeps retrying."""
+    text = environ.get("TRAINER_GCS_RETRY_DEADLINE", "").strip()
+    if not text:
+        return
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise TrainerError("TRAINER_GCS_RETRY_DEADLINE={!r} is not a positive number of "
+                           "seconds".format(text), "e.g. TRAINER_GCS_RETRY_DEADLINE=300",
+                           EX_USAGE)
+    storage.RETRY_DEADLINE_S = seconds
 
 
 def _configure_logging() -> None:

@@ -123,6 +123,13 @@ class LocalDirectory(Directory):
                 _remove_quietly(os.path.join(folder, name))
 
 
+# How long one GCS operation keeps retrying transient failures (429, 5xx, timeouts, dropped
+# connections) before the trainer gives up with exit 74; ``TRAINER_GCS_RETRY_DEADLINE``
+# overrides it (see ``trainer.cli``). Each attempt may take at most a quarter of it, capped at
+# the library's own 60 s, so a hung request is retried instead of eating the whole budget.
+RETRY_DEADLINE_S = 300.0
+
+
 class GcsDirectory(Directory):
     def __init__(self, bucket: str, prefix: str) -> None:
         self.bucket_name, self.prefix = bucket, prefix
@@ -143,53 +150,117 @@ class GcsDirectory(Directory):
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
         blob = self.bucket.blob(self._key(name))
         condition = {} if overwrite else {"if_generation_match": 0}
-        self._call(lambda: blob.upload_from_string(data, **condition), name)
+        self._call(lambda policy: blob.upload_from_string(data, **dict(condition, **policy)),
+                   name)
 
     def read_bytes(self, name: str) -> bytes:
-        return self._call(lambda: self.bucket.blob(self._key(name)).download_as_bytes(), name)
+        return self._call(lambda policy: self.bucket.blob(self._key(name)).download_as_bytes(
+            **policy), name)
 
     def exists(self, name: str) -> bool:
-        return self._call(lambda: self.bucket.blob(self._key(name)).exists(), name)
+        return self._call(lambda policy: self.bucket.blob(self._key(name)).exists(**policy),
+                          name)
 
     def list(self, prefix: str = "") -> List[str]:
         start = self._key(prefix.rstrip("/") + "/" if prefix else "")
-        blobs = self._call(lambda: list(self.bucket.client.list_blobs(self.bucket_name,
-                                                                      prefix=start)), prefix)
+        blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
+            self.bucket_name, prefix=start, **policy)), prefix)
         base = len(self.prefix) + 1 if self.prefix else 0
         return sorted(blob.name[base:] for blob in blobs
                       if "/" not in blob.name[len(start):])
 
     def delete(self, name: str) -> None:
-        from google.api_core import exceptions
-
         try:
-            self.bucket.blob(self._key(name)).delete()
-        except exceptions.NotFound:
+            self._call(lambda policy: self.bucket.blob(self._key(name)).delete(**policy), name)
+        except FileNotFoundError:
             pass
 
     def size(self, name: str) -> Optional[int]:
-        blob = self._call(lambda: self.bucket.get_blob(self._key(name)), name)
+        blob = self._call(lambda policy: self.bucket.get_blob(self._key(name), **policy), name)
         return None if blob is None else blob.size
 
     def download_to(self, name: str, local_path: str) -> None:
-        self._call(lambda: self.bucket.blob(self._key(name)).download_to_filename(local_path),
-                   name)
+        self._call(lambda policy: self.bucket.blob(self._key(name)).download_to_filename(
+            local_path, **policy), name)
 
     def child(self, name: str) -> "GcsDirectory":
         return GcsDirectory(self.bucket_name, self._key(name))
 
     def _call(self, action, name: str):
+        """``action(policy)`` with the retry policy as keyword arguments; failures become
+        ``FileNotFoundError`` (404) or ``StorageError`` (exit 74), never a traceback."""
         from google.api_core import exceptions
 
         try:
-            return action()
+            return action(_retry_policy())
         except exceptions.NotFound:
             raise FileNotFoundError(self.join(name))
         except exceptions.PreconditionFailed:
             raise StorageError("{} already exists".format(self.join(name)), "use a new name")
-        except exceptions.GoogleAPICallError as error:
-            raise StorageError("GCS request for {} failed: {}".format(self.join(name), error),
+        except (exceptions.GoogleAPIError, OSError) as error:
+            # After the retries: a RetryError (3.x), or the last transient error itself (2.x's
+            # uploads). Otherwise a refusal (403, 400). OSError: requests' connection errors.
+            if _transient(error):
+                raise StorageError("GCS kept failing for {} for up to {:.0f}s: {}".format(
+                    self.join(name), RETRY_DEADLINE_S, _cause(error)),
+                    "check GCS's status and the network; TRAINER_GCS_RETRY_DEADLINE sets "
+                    "how long to retry")
+            raise StorageError("GCS request for {} failed: {}".format(self.join(name),
+                                                                       _cause(error)),
                                "check the bucket name and the job's storage permissions")
+
+
+def _retry_policy() -> dict:
+    """The same retries for every call, on google-cloud-storage 2.x and 3.x alike: 2.x
+    retries an upload only under a generation precondition, but every write here sends the
+    whole object, so repeating it is always safe."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"retry": DEFAULT_RETRY.with_deadline(RETRY_DEADLINE_S),
+            "timeout": min(60.0, max(1.0, RETRY_DEADLINE_S / 4))}
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether ``error`` is (or ends) a run of failures that retrying is meant for."""
+    from google.api_core import exceptions
+
+    if isinstance(error, exceptions.RetryError):
+        return True
+    status = _status(_innermost(error))
+    return (status in (408, 429) or (status or 0) >= 500
+            or isinstance(_innermost(error), OSError))
+
+
+def _cause(error: BaseException) -> str:
+    """What actually failed, in a few words: the HTTP status, or the error's first line."""
+    error = _innermost(error)
+    status = _status(error)
+    if status is not None:
+        return "HTTP {} ({})".format(status, type(error).__name__)
+    text = str(error).strip().splitlines()
+    return "{}: {}".format(type(error).__name__, text[0][:200] if text else "")
+
+
+def _status(error: BaseException) -> Optional[int]:
+    """The HTTP status an API error (``code``) or an upload error (``response``) carries."""
+    for status in (getattr(error, "code", None),
+                   getattr(getattr(error, "response", None), "status_code", None)):
+        if isinstance(status, int):
+            return status
+    return None
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The error behind a RetryError or a wrapper: the first one with an HTTP status, else
+    the last in the chain."""
+    for _ in range(8):
+        if _status(error) is not None:
+            break
+        inner = getattr(error, "cause", None) or error.__cause__
+        if inner is None:
+            break
+        error = inner
+    return error
 
 
 def _fsync_dir(folder: str) -> None:

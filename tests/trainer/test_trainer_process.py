@@ -19,10 +19,10 @@ from conftest import REPO, clean_environ
 from trainer.checkpoints import checkpoint_name
 
 
-def trainer(module, *args, **kwargs):
+def trainer(module, *args, environ=None):
     return subprocess.Popen([sys.executable, "-m", module] + list(args), cwd=str(REPO),
-                            env=clean_environ(PJRT_DEVICE="CPU"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
+                            env=clean_environ(PJRT_DEVICE="CPU", **(environ or {})),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 def finish(process, timeout=300):
     out, err = process.communicate(timeout=timeout)
@@ -39,6 +39,13 @@ def test_bad_flags_and_data_are_one_line_errors(args, code, text):
     lines = err.strip().splitlines()
     assert returncode == code, err
     assert text in lines[-2] and lines[-1].startswith("HINT: ") and "Traceback" not in err
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
+def test_bad_gcs_retry_deadline_is_a_usage_error(value):
+    returncode, _, err = finish(trainer("trainer.mnist", "--fake_data",
+                                        environ={"TRAINER_GCS_RETRY_DEADLINE": value}))
+    assert returncode == 64, err
+    assert "TRAINER_GCS_RETRY_DEADLINE={!r} is not a positive number".format(value) in err
 
 def write_mnist(folder, train_examples, test_examples=3):
     """The four MNIST IDX files with this many (blank) examples."""

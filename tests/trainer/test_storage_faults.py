@@ -1,0 +1,94 @@
+"""The MNIST trainer writing its job dir to gs:// through a proxy that breaks Cloud Storage
+requests, with each google-cloud-storage major the images ship (3.x: pjrt, 2.x: xrt):
+
+- transient 503s and hung requests on every kind of write are retried: the run succeeds and
+  every output is whole;
+- an outage of one kind of write (checkpoints, metrics, TensorBoard, model, summary) ends the
+  run with exit 74 and one line naming the object, never a traceback.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gcs_fault_proxy import GcsFaultProxy, Rule
+
+from conftest import REPO, clean_environ
+
+# The xrt image's google-cloud-storage, installed by `make venv` as an overlay (see Makefile).
+GCS2_OVERLAY = Path(sys.prefix) / "gcs2"
+RUN = ["--fake_data", "--num_epochs=1", "--num_steps=4", "--log_steps=2", "--batch_size=16"]
+# Object names of every kind of write, as the rules match them.
+WRITES = {"checkpoint": "checkpoints/ckpt-", "metrics": "metrics.jsonl",
+          "tensorboard": "tensorboard/events.out.tfevents", "model": "model.pt",
+          "summary": "summary.json"}
+
+
+@pytest.fixture(params=["3.x", "2.x"])
+def storage_major(request):
+    """``PYTHONPATH`` (possibly empty) that selects a google-cloud-storage major, checked."""
+    path = ""
+    if request.param == "2.x":
+        if not (GCS2_OVERLAY / "google" / "cloud" / "storage").is_dir():
+            pytest.fail("{} is missing: `make venv` installs it".format(GCS2_OVERLAY))
+        path = str(GCS2_OVERLAY)
+    version = subprocess.run(
+        [sys.executable, "-c", "import google.cloud.storage as s; print(s.__version__)"],
+        env=clean_environ(PYTHONPATH=path), capture_output=True, text=True, check=True)
+    assert version.stdout.startswith(request.param[0] + "."), version.stdout
+    return path
+
+
+@pytest.fixture
+def proxy(gcs_server):
+    server = GcsFaultProxy(gcs_server.url).start()
+    yield server
+    server.stop()
+
+
+def train(proxy, bucket, pythonpath, deadline="8"):
+    """Run the trainer with its job dir in ``bucket`` through the proxy."""
+    job = "gs://{}/job".format(bucket.name)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.mnist", "--job_dir=" + job] + RUN, cwd=str(REPO),
+        env=clean_environ(PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url,
+                          PYTHONPATH=pythonpath, TRAINER_GCS_RETRY_DEADLINE=deadline),
+        capture_output=True, text=True, timeout=300)
+    return result, job
+
+
+def assert_every_output_whole(bucket):
+    names = {blob.name for blob in bucket.list_blobs(prefix="job/")}
+    assert {"job/checkpoints/ckpt-000000004.pt", "job/model.pt", "job/summary.json",
+            "job/metrics.jsonl"} <= names, names
+    assert any(name.startswith("job/tensorboard/events.out.tfevents") for name in names)
+    assert json.loads(bucket.blob("job/summary.json").download_as_bytes())["global_step"] == 4
+    lines = bucket.blob("job/metrics.jsonl").download_as_bytes().decode().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [2, 4, 4]
+
+
+@pytest.mark.parametrize("fault", [
+    Rule("job/", every=2),                 # every write's first attempt gets a 503
+    Rule("job/", every=2, hang_s=5),       # ... or hangs past the per-attempt timeout
+], ids=["503-then-ok", "hang-then-ok"])
+def test_transient_faults_on_every_write_are_retried(proxy, gcs, storage_major, fault):
+    rule = proxy.add(Rule(**vars(fault)))
+    result, _ = train(proxy, gcs, storage_major, deadline="20")
+    assert result.returncode == 0, result.stderr
+    assert rule.broken >= 5, "the proxy broke only {} writes".format(rule.broken)
+    assert_every_output_whole(gcs)
+
+
+@pytest.mark.parametrize("kind", sorted(WRITES))
+def test_an_outage_of_any_write_is_exit_74_in_one_line(proxy, gcs, storage_major, kind):
+    proxy.add(Rule(WRITES[kind]))
+    result, job = train(proxy, gcs, storage_major, deadline="2")
+    assert result.returncode == 74, result.stderr
+    error, hint = result.stderr.strip().splitlines()[-2:]
+    assert error.startswith("StorageError: GCS kept failing for {}/".format(job)), error
+    assert error.endswith(": HTTP 503 (ServiceUnavailable)") or error.endswith(
+        ": HTTP 503 (InvalidResponse)")
+    assert WRITES[kind] in error
+    assert hint.startswith("HINT: ") and "Traceback" not in result.stderr

@@ -57,16 +57,36 @@ def redact_args(args: Sequence[str]) -> List[str]:
     return result
 
 
+def shell_word(text: str) -> str:
+    """``text`` quoted for a shell, always on one line: a word with control characters (a
+    newline in an argument) uses bash's ``$'...'`` escapes, so that a printed command never
+    spills onto a second line, where ``eval`` would run it as a command of its own."""
+    if all(char.isprintable() for char in text):
+        return shlex.quote(text)
+    return "$'{}'".format("".join(_ansi_c_escape(char) for char in text))
+
+
+def _ansi_c_escape(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x80:  # above, \x would be a raw byte, not the character
+        return "\\x{:02x}".format(code)
+    return "\\u{:04x}".format(code) if code < 0x10000 else "\\U{:08x}".format(code)
+
+
 def format_assignments(pairs: Iterable[Tuple[str, str]]) -> str:
-    text = " ".join("{}={}".format(name, shlex.quote(redact_value(name, value)))
+    text = " ".join("{}={}".format(name, shell_word(redact_value(name, value)))
                     for name, value in pairs)
     return text or "(none)"
 
 
 def shell_exports(pairs: Iterable[Tuple[str, str]]) -> List[str]:
-    """``export NAME='value'`` lines that a POSIX shell can ``eval``."""
-    return ["export {}={}".format(name, shlex.quote(value)) for name, value in pairs]
+    """``export NAME='value'`` lines that bash can ``eval``, one line each."""
+    return ["export {}={}".format(name, shell_word(value)) for name, value in pairs]
 
 
 def format_command(command: Sequence[str]) -> str:
-    return " ".join(shlex.quote(arg) for arg in redact_args(command))
+    return " ".join(shell_word(arg) for arg in redact_args(command))

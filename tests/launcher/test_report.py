@@ -1,10 +1,19 @@
 """launcher.report: redaction and shell quoting."""
 
 import shlex
+import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from launcher.report import REDACTED, format_assignments, redact_args, shell_exports
+from launcher.report import (
+    REDACTED,
+    format_assignments,
+    redact_args,
+    shell_exports,
+    shell_word,
+)
 
 
 def test_secret_looking_names_are_redacted():
@@ -39,3 +48,14 @@ def test_exports_round_trip_through_a_shell():
     lines = shell_exports([("XRT_TPU_CONFIG", "tpu_worker;0;10.0.0.2:8470"), ("A", "it's")])
     assert shlex.split(lines[0]) == ["export", "XRT_TPU_CONFIG=tpu_worker;0;10.0.0.2:8470"]
     assert shlex.split(lines[1]) == ["export", "A=it's"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
+               max_size=12))
+def test_shell_word_is_one_line_and_bash_reads_it_back(text):
+    word = shell_word(text)
+    assert "\n" not in word and "\r" not in word
+    printed = subprocess.run(["bash", "-c", "printf %s " + word], capture_output=True,
+                             check=True).stdout
+    assert printed.decode("utf-8", "surrogateescape") == text

@@ -146,6 +146,16 @@ def gcs(gcs_server, monkeypatch, tmp_path):
     return bucket
 
 
+@pytest.fixture
+def gcs_proxy(gcs_server):
+    """A fault-injecting proxy in front of fake-gcs-server (``tests/gcs_fault_proxy.py``)."""
+    from gcs_fault_proxy import GcsFaultProxy
+
+    proxy = GcsFaultProxy(gcs_server.url).start()
+    yield proxy
+    proxy.stop()
+
+
 def copy_mnist_to_bucket(bucket, prefix: str = "mnist") -> str:
     for path in sorted(MNIST_SUBSET.glob("*.gz")):
         bucket.blob("{}/{}".format(prefix, path.name)).upload_from_filename(str(path))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
@@ -33,6 +33,7 @@ class Rule:
     every: int = 1
     matched: int = 0
     broken: int = 0
+    hit: threading.Event = field(default_factory=threading.Event)  # set at the first break
 
     def breaks(self, method: str, text: str) -> bool:
         if method not in self.methods or self.needle not in text:
@@ -41,6 +42,7 @@ class Rule:
         if (self.matched - 1) % self.every:
             return False
         self.broken += 1
+        self.hit.set()
         return True
 
 

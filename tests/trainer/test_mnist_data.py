@@ -2,19 +2,15 @@
 
 import gzip
 import shutil
-import struct
 
 import numpy as np
 import pytest
+from mnist_files import write_idx
 
 from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
 from trainer.errors import DataError
 from trainer.mnist_data import load_splits, random_shift, read_idx
 
-
-def write_idx(path, array, magic):
-    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
-    path.write_bytes(header + array.astype(np.uint8).tobytes())
 
 def test_reads_plain_and_gzipped_files(tmp_path):
     images = np.arange(2 * 28 * 28).reshape(2, 28, 28) % 256

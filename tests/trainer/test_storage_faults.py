@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gcs_fault_proxy import GcsFaultProxy, Rule
+from gcs_fault_proxy import Rule
 
 from conftest import REPO, clean_environ
 
@@ -41,13 +41,6 @@ def storage_major(request):
     return path
 
 
-@pytest.fixture
-def proxy(gcs_server):
-    server = GcsFaultProxy(gcs_server.url).start()
-    yield server
-    server.stop()
-
-
 def train(proxy, bucket, pythonpath, deadline="8"):
     """Run the trainer with its job dir in ``bucket`` through the proxy."""
     job = "gs://{}/job".format(bucket.name)
@@ -70,21 +63,21 @@ def assert_every_output_whole(bucket):
 
 
 @pytest.mark.parametrize("fault", [
-    Rule("job/", every=2),                 # every write's first attempt gets a 503
-    Rule("job/", every=2, hang_s=5),       # ... or hangs past the per-attempt timeout
+    {},                # every write's first attempt gets a 503
+    {"hang_s": 5},     # ... or hangs past the per-attempt timeout
 ], ids=["503-then-ok", "hang-then-ok"])
-def test_transient_faults_on_every_write_are_retried(proxy, gcs, storage_major, fault):
-    rule = proxy.add(Rule(**vars(fault)))
-    result, _ = train(proxy, gcs, storage_major, deadline="20")
+def test_transient_faults_on_every_write_are_retried(gcs_proxy, gcs, storage_major, fault):
+    rule = gcs_proxy.add(Rule("job/", every=2, **fault))
+    result, _ = train(gcs_proxy, gcs, storage_major, deadline="20")
     assert result.returncode == 0, result.stderr
     assert rule.broken >= 5, "the proxy broke only {} writes".format(rule.broken)
     assert_every_output_whole(gcs)
 
 
 @pytest.mark.parametrize("kind", sorted(WRITES))
-def test_an_outage_of_any_write_is_exit_74_in_one_line(proxy, gcs, storage_major, kind):
-    proxy.add(Rule(WRITES[kind]))
-    result, job = train(proxy, gcs, storage_major, deadline="2")
+def test_an_outage_of_any_write_is_exit_74_in_one_line(gcs_proxy, gcs, storage_major, kind):
+    gcs_proxy.add(Rule(WRITES[kind]))
+    result, job = train(gcs_proxy, gcs, storage_major, deadline="2")
     assert result.returncode == 74, result.stderr
     error, hint = result.stderr.strip().splitlines()[-2:]
     assert error.startswith("StorageError: GCS kept failing for {}/".format(job)), error

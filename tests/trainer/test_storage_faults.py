@@ -26,6 +26,12 @@ WRITES = {"checkpoint": "checkpoints/ckpt-", "metrics": "metrics.jsonl",
           "summary": "summary.json"}
 
 
+@pytest.fixture
+def gcs_server(private_gcs_server):
+    """Here ``gcs`` and ``gcs_proxy`` use a server of this test's own (see conftest)."""
+    return private_gcs_server
+
+
 @pytest.fixture(params=["3.x", "2.x"])
 def storage_major(request):
     """``PYTHONPATH`` (possibly empty) that selects a google-cloud-storage major, checked."""

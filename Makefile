@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-images lint bench lock clean venv build push cloudbuild check-job submit \
-        submit-vertex local-run standin-base bench-images
+        submit-vertex local-run standin-base bench-images repository
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
@@ -17,15 +17,23 @@ BASE_IMAGE_pjrt := us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2
 BASE_IMAGE ?= $(BASE_IMAGE_$(RUNTIME))
 PROJECT ?=
 REGION ?= us-central1
+# Artifact Registry (Container Registry stopped taking pushes on 2025-03-18): `make repository`
+# creates REPOSITORY once; IMAGE_URI=gcr.io/... still works where gcr.io does.
+REPOSITORY ?= pytorch-xla
 IMAGE_NAME ?= pytorch-xla-trainer
 TAG ?= $(RUNTIME)
-IMAGE_URI ?= gcr.io/$(PROJECT)/$(IMAGE_NAME):$(TAG)
+IMAGE_URI ?= $(REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/$(IMAGE_NAME):$(TAG)
 JOB_NAME ?= pytorch_xla_$(shell date +%Y%m%d_%H%M%S)
 JOB_NAME := $(JOB_NAME)
 CONFIG ?= config/ai-platform-tpu-v3.yaml
 VERTEX_CONFIG ?= config/vertex-tpu.yaml
 JOB_DIR ?=
+# The trainer's arguments, written as for a shell (quotes and backslashes; no expansions): they
+# reach the trainer's argv word for word on both paths (`python -m jobspec` splits them).
+# Taken as written ($(value)): make must not expand a `$` in them either.
 JOB_ARGS ?=
+override JOB_ARGS := $(value JOB_ARGS)
+export JOB_ARGS
 RENDERED := build/$(JOB_NAME).yaml
 DOCKER ?= docker
 GCLOUD ?= gcloud
@@ -87,6 +95,7 @@ build:
 push:
 	$(call check_runtime)
 	$(call require,PROJECT)
+	$(MAKE) --no-print-directory repository
 	$(DOCKER) push $(IMAGE_URI)
 
 ## standin-base: a local stand-in for RUNTIME's base image (tpu-standin:xrt|pjrt), made from
@@ -95,11 +104,24 @@ standin-base:
 	$(call check_runtime)
 	DOCKER=$(DOCKER) standin/build.sh $(RUNTIME)
 
-## cloudbuild: build and push with Cloud Build instead of a local Docker engine.
+## repository: create the Artifact Registry repository IMAGE_URI points at, if it is missing
+## (a no-op for gcr.io/... URIs). Docker also needs `gcloud auth configure-docker HOST` once.
+AR_HOST := $(firstword $(subst /, ,$(IMAGE_URI)))
+repository:
+	$(call require,PROJECT)
+	@case "$(AR_HOST)" in *-docker.pkg.dev) ;; *) echo "$(AR_HOST) is not Artifact Registry: nothing to create"; exit 0 ;; esac; \
+	$(GCLOUD) artifacts repositories describe $(REPOSITORY) --project $(PROJECT) \
+		--location $(REGION) >/dev/null 2>&1 || \
+	$(GCLOUD) artifacts repositories create $(REPOSITORY) --project $(PROJECT) \
+		--location $(REGION) --repository-format docker \
+		--description "PyTorch/XLA training images"
+
+## cloudbuild: build and push with Cloud Build instead of a local Docker engine (tags
+## IMAGE_URI and the immutable IMAGE_URI-BUILD_ID).
 cloudbuild:
 	$(call check_runtime)
-	$(call require,PROJECT)
-	$(GCLOUD) builds submit --project $(PROJECT) --config cloudbuild.yaml \
+	$(MAKE) --no-print-directory repository
+	$(GCLOUD) builds submit --project $(PROJECT) --region $(REGION) --config cloudbuild.yaml \
 		--substitutions _RUNTIME=$(RUNTIME),_BASE_IMAGE=$(BASE_IMAGE),_IMAGE_URI=$(IMAGE_URI) .
 
 ## check-job: fill the image (and JOB_ARGS for Vertex) into CONFIG, validate it offline.
@@ -107,14 +129,13 @@ check-job: $(STAMP)
 	$(call require,PROJECT)
 	mkdir -p build
 	$(PY) -m jobspec check $(CONFIG) --image $(IMAGE_URI) --region $(REGION) \
-		--base-image $(BASE_IMAGE) \
-		$(foreach arg,$(JOB_ARGS),--container-arg=$(arg)) --write $(RENDERED)
+		--base-image $(BASE_IMAGE) --container-args="$$JOB_ARGS" --write $(RENDERED)
 
 ## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31).
 submit: check-job
-	$(GCLOUD) ai-platform jobs submit training $(JOB_NAME) --project $(PROJECT) \
-		--region $(REGION) --config $(RENDERED) $(if $(JOB_DIR),--job-dir $(JOB_DIR)) \
-		-- $(JOB_ARGS)
+	$(PY) -m jobspec exec $(GCLOUD) ai-platform jobs submit training $(JOB_NAME) \
+		--project $(PROJECT) --region $(REGION) --config $(RENDERED) \
+		$(if $(JOB_DIR),--job-dir $(JOB_DIR)) --
 
 ## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt).
 submit-vertex: CONFIG = $(VERTEX_CONFIG)

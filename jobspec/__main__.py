@@ -1,7 +1,7 @@
-"""``python -m jobspec``: see ``jobspec.check``."""
+"""``python -m jobspec``: see ``jobspec.cli``."""
 
 import sys
 
-from jobspec.check import main
+from jobspec.cli import main
 
 sys.exit(main())

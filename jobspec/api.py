@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Dict, FrozenSet, Tuple
+from typing import Dict, Tuple
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,10 +19,6 @@ def schemas(document: str) -> Dict[str, dict]:
                         "documents", document + ".json")
     with open(path) as handle:
         return json.load(handle)["schemas"]
-
-
-def fields(document: str, schema: str) -> FrozenSet[str]:
-    return frozenset(schemas(document)[schema]["properties"])
 
 
 def enum(document: str, schema: str, field: str) -> Tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, List
 
-from jobspec.check import Finding
+from jobspec.findings import ERROR, Finding
 
 # Built-in substitutions Cloud Build provides; anything else must start with "_".
 BUILT_IN = {"PROJECT_ID", "PROJECT_NUMBER", "LOCATION", "BUILD_ID", "REPO_NAME", "REPO_FULL_NAME",
@@ -19,20 +19,21 @@ _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 def check_cloudbuild(build: Any) -> List[Finding]:
     if not isinstance(build, dict):
-        return [Finding("error", "(top)", "not a mapping", "see cloudbuild.yaml")]
+        return [Finding(ERROR, "(top)", "not a mapping", "see cloudbuild.yaml")]
     findings = []
     for index, step in enumerate(build.get("steps") or []):
         if not isinstance(step, dict) or not step.get("name"):
-            findings.append(Finding("error", "steps[{}].name".format(index), "is missing",
+            findings.append(Finding(ERROR, "steps[{}].name".format(index), "is missing",
                                     "name the builder image, e.g. gcr.io/cloud-builders/docker"))
     for key in build.get("substitutions") or {}:
         if not str(key).startswith("_"):
-            findings.append(Finding("error", "substitutions.{}".format(key),
+            findings.append(Finding(ERROR, "substitutions.{}".format(key),
                                     "user substitutions must start with '_'",
                                     "rename it to _{}".format(key)))
-    for name in sorted(set(_REFERENCE.findall(_text(build)))):
+    # "$$" is Cloud Build's escape for a literal "$" (shell variables in a bash step).
+    for name in sorted(set(_REFERENCE.findall(_text(build).replace("$$", "")))):
         if not name.startswith("_") and name not in BUILT_IN:
-            findings.append(Finding("error", "${}".format(name), "is neither built in nor a "
+            findings.append(Finding(ERROR, "${}".format(name), "is neither built in nor a "
                                     "user substitution", "rename it to _{}".format(name)))
     return findings
 

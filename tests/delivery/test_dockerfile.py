@@ -64,7 +64,7 @@ def test_every_default_follows_the_pairing_table():
     """The default XRT base is the one legacy AI Platform's newest runtime accepts."""
     assert XRT_BASE_RUNTIMES[BASES["xrt"]] == "pytorch-1.11"
     cloudbuild = yaml.safe_load((REPO / "cloudbuild.yaml").read_text())
-    assert cloudbuild["substitutions"]["_BASE_IMAGE"] == BASES["xrt"]
+    assert cloudbuild["substitutions"]["_RUNTIME"] == "xrt"  # its base: test_cloudbuild.py
     assert XRT_IMAGE == BASES["xrt"]  # named by the launcher's TPU-node-on-PJRT hint
     for template in sorted((REPO / "config").glob("ai-platform-*.yaml")):
         worker = yaml.safe_load(template.read_text())["trainingInput"]["workerConfig"]

@@ -10,9 +10,14 @@ import yaml
 
 from conftest import REPO, clean_environ
 
+# Appends its argv as JSON; exits 1 when it contains $RECORDER_FAIL_ON (e.g. "describe").
 RECORDER = """#!/bin/sh
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "{log}"
+case " $* " in *" ${{RECORDER_FAIL_ON:-@none@}} "*) exit 1 ;; esac
 """
+AR = "us-central1-docker.pkg.dev/my-proj/pytorch-xla/pytorch-xla-trainer"
+DESCRIBE = ["gcloud", "artifacts", "repositories", "describe", "pytorch-xla", "--project",
+            "my-proj", "--location", "us-central1"]
 
 
 @pytest.fixture
@@ -43,14 +48,29 @@ def tools(tmp_path):
 PJRT_BASE = "us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm"
 
 
-def test_build_and_push(tools):
+def test_build_and_push_to_artifact_registry_by_default(tools):
     result, calls = tools("build", "PROJECT=my-proj", "RUNTIME=pjrt", "TAG=v1")
     assert result.returncode == 0, result.stderr
     assert calls == [["docker", "build", "--build-arg", "BASE_IMAGE=" + PJRT_BASE,
-                      "--build-arg", "RUNTIME=pjrt", "-t",
-                      "gcr.io/my-proj/pytorch-xla-trainer:v1", "."]]
+                      "--build-arg", "RUNTIME=pjrt", "-t", AR + ":v1", "."]]
     _, calls = tools("push", "PROJECT=my-proj")
-    assert calls == [["docker", "push", "gcr.io/my-proj/pytorch-xla-trainer:xrt"]]
+    assert calls == [DESCRIBE, ["docker", "push", AR + ":xrt"]]
+
+
+def test_a_missing_repository_is_created_once(tools):
+    result, calls = tools("repository", "PROJECT=my-proj", RECORDER_FAIL_ON="describe")
+    assert result.returncode == 0, result.stderr
+    assert calls == [DESCRIBE, ["gcloud", "artifacts", "repositories", "create", "pytorch-xla",
+                                "--project", "my-proj", "--location", "us-central1",
+                                "--repository-format", "docker", "--description",
+                                "PyTorch/XLA training images"]]
+
+
+def test_gcr_io_stays_possible(tools):
+    result, calls = tools("push", "PROJECT=my-proj", "IMAGE_URI=gcr.io/my-proj/t:xrt")
+    assert result.returncode == 0, result.stderr
+    assert calls == [["docker", "push", "gcr.io/my-proj/t:xrt"]]
+    assert "gcr.io is not Artifact Registry: nothing to create" in result.stdout
 
 
 def test_build_passes_pip_cert_as_a_secret_not_an_argument(tools, tmp_path):
@@ -67,12 +87,12 @@ def test_push_refuses_an_unknown_runtime(tools):
 
 
 def test_cloudbuild_substitutions(tools):
-    result, calls = tools("cloudbuild", "PROJECT=my-proj", "IMAGE_URI=gcr.io/x/y:z")
+    result, calls = tools("cloudbuild", "PROJECT=my-proj", "RUNTIME=pjrt")
     assert result.returncode == 0, result.stderr
-    assert calls == [["gcloud", "builds", "submit", "--project", "my-proj", "--config",
-                      "cloudbuild.yaml", "--substitutions",
-                      "_RUNTIME=xrt,_BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.11_3.7,"
-                      "_IMAGE_URI=gcr.io/x/y:z", "."]]
+    assert calls == [DESCRIBE, ["gcloud", "builds", "submit", "--project", "my-proj",
+                                "--region", "us-central1", "--config", "cloudbuild.yaml",
+                                "--substitutions", "_RUNTIME=pjrt,_BASE_IMAGE=" + PJRT_BASE +
+                                ",_IMAGE_URI=" + AR + ":pjrt", "."]]
 
 
 def test_submit_validates_then_submits_with_user_args_after_double_dash(tools):
@@ -85,7 +105,7 @@ def test_submit_validates_then_submits_with_user_args_after_double_dash(tools):
                       "--fake_data"]]
     rendered = yaml.safe_load((REPO / "build" / "job_1.yaml").read_text())
     assert rendered["trainingInput"]["masterConfig"]["imageUri"] == \
-        "gcr.io/my-proj/pytorch-xla-trainer:xrt"
+        "europe-west4-docker.pkg.dev/my-proj/pytorch-xla/pytorch-xla-trainer:xrt"
 
 
 def test_submit_vertex_puts_args_into_the_container_spec(tools):
@@ -96,8 +116,7 @@ def test_submit_vertex_puts_args_into_the_container_spec(tools):
                       "--region", "us-central1", "--display-name", "vjob", "--config",
                       "build/vjob.yaml"]]
     pool = yaml.safe_load((REPO / "build" / "vjob.yaml").read_text())["workerPoolSpecs"][0]
-    assert pool["containerSpec"] == {"imageUri": "gcr.io/my-proj/pytorch-xla-trainer:pjrt",
-                                     "args": ["--fake_data"]}
+    assert pool["containerSpec"] == {"imageUri": AR + ":pjrt", "args": ["--fake_data"]}
 
 
 def test_invalid_job_file_stops_before_gcloud(tools, tmp_path):
@@ -118,7 +137,7 @@ def test_local_run_overrides_the_entrypoint_with_fake_platform_variables(tools):
     env = dict(call[i + 1].split("=", 1) for i, arg in enumerate(call) if arg == "-e")
     assert json.loads(env["TPU_CONFIG"])["zone"] == "us-central1-b"
     assert json.loads(env["TF_CONFIG"])["task"]["type"] == "master"
-    assert call[-5] == "gcr.io/p/pytorch-xla-trainer:xrt"
+    assert call[-5] == "us-central1-docker.pkg.dev/p/pytorch-xla/pytorch-xla-trainer:xrt"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -129,3 +148,36 @@ def test_local_run_overrides_the_entrypoint_with_fake_platform_variables(tools):
 def test_missing_or_wrong_variables_are_errors(tools, args, message):
     result, calls = tools(*args)
     assert result.returncode != 0 and message in result.stderr and calls == []
+
+
+# What users write in JOB_ARGS (shell quoting, no expansions) -> the trainer's argv.
+EXACT_ARGS = [
+    ("--data_dir=gs://b/m --note='a b'", ["--data_dir=gs://b/m", "--note=a b"]),
+    ('--msg="say \\"hi\\"" --x=1=2', ['--msg=say "hi"', "--x=1=2"]),
+    ("--city=Zürich --mark=✓ --empty=''", ["--city=Zürich", "--mark=✓", "--empty="]),
+    ("--home='$HOME' --tick='`id`' a\\ b", ["--home=$HOME", "--tick=`id`", "a b"]),
+    ("  --spaced   --tab\t", ["--spaced", "--tab"]),
+]
+
+
+@pytest.mark.parametrize("text, argv", EXACT_ARGS)
+def test_job_args_reach_the_legacy_trainer_word_for_word(tools, text, argv):
+    result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=exact", "JOB_ARGS=" + text)
+    assert result.returncode == 0, result.stderr
+    [call] = calls
+    assert call[call.index("--") + 1:] == argv
+
+
+@pytest.mark.parametrize("text, argv", EXACT_ARGS)
+def test_job_args_reach_the_vertex_trainer_word_for_word(tools, text, argv):
+    result, _ = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=exactv", "JOB_ARGS=" + text)
+    assert result.returncode == 0, result.stderr
+    pool = yaml.safe_load((REPO / "build" / "exactv.yaml").read_text(encoding="utf-8"))[
+        "workerPoolSpecs"][0]
+    assert pool["containerSpec"]["args"] == argv
+
+
+def test_unbalanced_quotes_in_job_args_stop_before_gcloud(tools):
+    result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=q", "JOB_ARGS=--note='oops")
+    assert result.returncode != 0 and calls == []
+    assert "--container-args: No closing quotation" in result.stderr

@@ -9,6 +9,9 @@ import json
 import os
 from typing import Dict, Tuple
 
+# The two API descriptions the checks use: legacy AI Platform Training and Vertex AI.
+ML, VERTEX = "ml.v1", "aiplatform.v1"
+
 
 @functools.lru_cache(maxsize=None)
 def schemas(document: str) -> Dict[str, dict]:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from jobspec.api import ML, VERTEX
 from jobspec.findings import ERROR, Finding, join
 from jobspec.images import PJRT, XRT, XRT_BASE_RUNTIMES, runtime_of_base
 from jobspec.rules import legacy_rules, region_advice, vertex_rules
 from jobspec.shape import check_shape
 
-ML, VERTEX = "ml.v1", "aiplatform.v1"
 # Required by ml.v1 but not in a --config file: gcloud's command line gives jobId and region;
 # packageUris and pythonModule are for Python packages, not containers.
 _GCLOUD_SUPPLIED = frozenset(("jobId", "region", "packageUris", "pythonModule"))
@@ -72,13 +72,11 @@ def _check_ai_platform(job: Dict[str, Any], region: Optional[str]) -> List[Findi
     if not isinstance(spec, dict):
         return findings
     findings += legacy_rules(spec, region)
-    images = [("masterConfig", spec.get("masterConfig"))] + (
-        [("workerConfig", spec["workerConfig"])] if isinstance(spec.get("workerConfig"), dict)
-        and "imageUri" in spec["workerConfig"] else [])
-    for replica, config in images:
-        if spec.get("scaleTier") != "BASIC_TPU" or replica == "masterConfig":
-            findings += _image((config or {}).get("imageUri") if isinstance(config, dict)
-                               else None, "trainingInput.{}.imageUri".format(replica))
+    master, worker = spec.get("masterConfig"), spec.get("workerConfig")
+    findings += _image(master.get("imageUri") if isinstance(master, dict) else None,
+                       "trainingInput.masterConfig.imageUri")
+    if isinstance(worker, dict) and "imageUri" in worker:  # optional: the master's by default
+        findings += _image(worker["imageUri"], "trainingInput.workerConfig.imageUri")
     return findings
 
 

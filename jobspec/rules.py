@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from jobspec.api import enum
+from jobspec.api import ML, enum
 from jobspec.findings import ERROR, WARNING, Finding
 
 TPU_COUNTS = {"TPU_V2": (8,), "TPU_V3": (8,), "TPU_V2_POD": (32, 128, 256, 512),
@@ -36,7 +36,6 @@ VERTEX_TPUS = {
     "TPU_V4_POD": (("ct4p-hightpu-4t",), True, None),
 }
 TPU_REGIONS = ("us-central1", "europe-west4")
-ML = "ml.v1"
 _TOPOLOGY = re.compile(r"\d+x\d+(x\d+)?")
 
 

@@ -46,7 +46,7 @@ class TpuConfig:
     @classmethod
     def parse(cls, text: str) -> "TpuConfig":
         obj = _json_object("TPU_CONFIG", text)
-        fields = {key: _resource_name("TPU_CONFIG." + key,
+        fields = {key: _resource_name("TPU_CONFIG." + key, key,
                                       _non_empty_string(obj, "TPU_CONFIG", key))
                   for key in ("project", "zone", "tpu_node_name")}
         return cls(**fields)
@@ -143,7 +143,8 @@ class JobEnvironment:
             tf_config=ClusterConfig.parse("TF_CONFIG", tf_config) if tf_config else None,
             cluster_spec=(ClusterConfig.parse("CLUSTER_SPEC", cluster_spec)
                           if cluster_spec else None),
-            tpu_name=_resource_name("TPU_NAME", tpu_name.strip()) if tpu_name else None,
+            tpu_name=(_resource_name("TPU_NAME", "tpu_node_name", tpu_name.strip()) if tpu_name
+                      else None),
             runtime_settings=tuple(
                 (name, environ[name].strip().upper() if name == "PJRT_DEVICE"
                  else environ[name].strip())
@@ -171,10 +172,9 @@ _RESOURCE_HINTS = {
 }
 
 
-def _resource_name(variable: str, value: str) -> str:
-    """``value`` when it can name the Cloud TPU resource ``variable`` holds, else a
-    ``ConfigError``; ``TPU_NAME`` holds a node name."""
-    kind = variable.rpartition(".")[2] if "." in variable else "tpu_node_name"
+def _resource_name(variable: str, kind: str, value: str) -> str:
+    """``value`` (from ``variable``) when it can name a Cloud TPU resource of ``kind`` (a key
+    of ``_RESOURCE_NAMES``), else a ``ConfigError``."""
     if not _RESOURCE_NAMES[kind].fullmatch(value):
         hint = _RESOURCE_HINTS[kind]
         if kind == "tpu_node_name" and "://" in value:

@@ -106,6 +106,18 @@ def read_records(path: Path) -> List[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class RecordingExec:
+    """Stands in for os.execvpe, which would replace the test process."""
+
+    def __init__(self, error=None):
+        self.calls, self.error = [], error
+
+    def __call__(self, file, args, env):
+        if self.error:
+            raise self.error
+        self.calls.append((file, list(args), dict(env)))
+
+
 def launcher_command(*args: str, prefix: Optional[List[str]] = None) -> List[str]:
     return list(prefix or []) + [sys.executable, "-m", "launcher"] + list(args)
 
@@ -139,35 +151,36 @@ def gcs_server():
     server.stop()
 
 
-@pytest.fixture
-def private_gcs_server():
-    """A fake-gcs-server of one test's own, for tests that break and hold its requests: after
-    many of them a shared server has been seen to stop answering."""
-    server = _started_gcs_server()
-    yield server
-    server.stop()
+def _new_bucket(url: str, monkeypatch, tmp_path):
+    """A fresh bucket on the fake-gcs-server at ``url``; google-cloud-storage points at it."""
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+    name = "bucket-" + tmp_path.name.lower().replace("_", "-")[-40:]
+    return storage.Client(project="test").create_bucket(name)
 
 
 @pytest.fixture
 def gcs(gcs_server, monkeypatch, tmp_path):
-    """A fresh bucket in fake-gcs-server; google-cloud-storage is pointed at it."""
-    from google.cloud import storage
-
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
-    name = "bucket-" + tmp_path.name.lower().replace("_", "-")[-40:]
-    client = storage.Client(project="test")
-    bucket = client.create_bucket(name)
-    return bucket
+    """A fresh bucket in the session's fake-gcs-server."""
+    return _new_bucket(gcs_server.url, monkeypatch, tmp_path)
 
 
 @pytest.fixture
-def gcs_proxy(gcs_server):
-    """A fault-injecting proxy in front of fake-gcs-server (``tests/gcs_fault_proxy.py``)."""
+def faulty_gcs(monkeypatch, tmp_path):
+    """(bucket, proxy): a bucket on a fake-gcs-server of this test's own, and the fault proxy
+    in front of it (``tests/gcs_fault_proxy.py``); point the code under test at ``proxy.url``.
+    Its own server, because a shared one stopped answering after many broken and held
+    requests."""
     from gcs_fault_proxy import GcsFaultProxy
 
-    proxy = GcsFaultProxy(gcs_server.url).start()
-    yield proxy
-    proxy.stop()
+    server = _started_gcs_server()
+    proxy = GcsFaultProxy(server.url).start()
+    try:
+        yield _new_bucket(server.url, monkeypatch, tmp_path), proxy
+    finally:
+        proxy.stop()
+        server.stop()
 
 
 def copy_mnist_to_bucket(bucket, prefix: str = "mnist") -> str:

@@ -226,9 +226,9 @@ def _transient(error: BaseException) -> bool:
 
     if isinstance(error, exceptions.RetryError):
         return True
-    status = _status(_innermost(error))
-    return (status in (408, 429) or (status or 0) >= 500
-            or isinstance(_innermost(error), OSError))
+    cause = _innermost(error)
+    status = _status(cause)
+    return status in (408, 429) or (status or 0) >= 500 or isinstance(cause, OSError)
 
 
 def _cause(error: BaseException) -> str:

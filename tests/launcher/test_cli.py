@@ -7,21 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, RecordingExec
 from launcher.cli import main, parse_command_line, split_argv
 from launcher.errors import EX_CANNOT_EXECUTE, EX_CONFIG, EX_NOT_FOUND, EX_USAGE
-
-
-class RecordingExec:
-    """Stands in for os.execvpe, which would replace the test process."""
-
-    def __init__(self, error=None):
-        self.calls, self.error = [], error
-
-    def __call__(self, file, args, env):
-        if self.error:
-            raise self.error
-        self.calls.append((file, list(args), dict(env)))
 
 
 def run_main(argv, environ, execvpe=None):

@@ -20,10 +20,9 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from test_cli import RecordingExec
 
 import fake_cloud_tpu as fake
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, make_tpu_sysfs
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, RecordingExec, make_tpu_sysfs
 from launcher.cli import main
 from launcher.errors import (
     EX_CONFIG,

@@ -27,12 +27,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs r
 RUN = ["--num_epochs=2", "--num_steps=40", "--log_steps=5", "--batch_size=16"]
 
 
-@pytest.fixture
-def gcs_server(private_gcs_server):
-    """Here ``gcs`` and ``gcs_proxy`` use a server of this test's own (see conftest)."""
-    return private_gcs_server
-
-
 def start_as_pid_1(args, environ):
     """The trainer as PID 1 of a new PID namespace; returns (unshare process, trainer pid)."""
     process = subprocess.Popen(
@@ -73,7 +67,8 @@ PHASES = {
 
 
 @pytest.mark.parametrize("phase", sorted(PHASES))
-def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(gcs_proxy, gcs, tmp_path, phase):
+def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(faulty_gcs, tmp_path, phase):
+    gcs, proxy = faulty_gcs
     args, rule, line, delay = PHASES[phase]
     data = write_mnist(tmp_path / "mnist", 640, 32)
     for path in data.iterdir():
@@ -83,9 +78,9 @@ def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(gcs_proxy, gcs, tmp_path
     if "--data_dir=" not in " ".join(args):
         args.append("--fake_data")
     if rule is not None:
-        rule = gcs_proxy.add(rule())
+        rule = proxy.add(rule())
     process, pid1 = start_as_pid_1(RUN + args + ["--job_dir=" + job], {
-        "STORAGE_EMULATOR_HOST": gcs_proxy.url, "TRAINER_GCS_RETRY_DEADLINE": "30",
+        "STORAGE_EMULATOR_HOST": proxy.url, "TRAINER_GCS_RETRY_DEADLINE": "30",
         "HOME": str(tmp_path)})
     try:
         if rule is not None:

@@ -26,13 +26,7 @@ WRITES = {"checkpoint": "checkpoints/ckpt-", "metrics": "metrics.jsonl",
           "summary": "summary.json"}
 
 
-@pytest.fixture
-def gcs_server(private_gcs_server):
-    """Here ``gcs`` and ``gcs_proxy`` use a server of this test's own (see conftest)."""
-    return private_gcs_server
-
-
-@pytest.fixture(params=["3.x", "2.x"])
+@pytest.fixture(scope="module", params=["3.x", "2.x"])
 def storage_major(request):
     """``PYTHONPATH`` (possibly empty) that selects a google-cloud-storage major, checked."""
     path = ""
@@ -72,18 +66,20 @@ def assert_every_output_whole(bucket):
     {},                # every write's first attempt gets a 503
     {"hang_s": 5},     # ... or hangs past the per-attempt timeout
 ], ids=["503-then-ok", "hang-then-ok"])
-def test_transient_faults_on_every_write_are_retried(gcs_proxy, gcs, storage_major, fault):
-    rule = gcs_proxy.add(Rule("job/", every=2, **fault))
-    result, _ = train(gcs_proxy, gcs, storage_major, deadline="20")
+def test_transient_faults_on_every_write_are_retried(faulty_gcs, storage_major, fault):
+    gcs, proxy = faulty_gcs
+    rule = proxy.add(Rule("job/", every=2, **fault))
+    result, _ = train(proxy, gcs, storage_major, deadline="20")
     assert result.returncode == 0, result.stderr
     assert rule.broken >= 5, "the proxy broke only {} writes".format(rule.broken)
     assert_every_output_whole(gcs)
 
 
 @pytest.mark.parametrize("kind", sorted(WRITES))
-def test_an_outage_of_any_write_is_exit_74_in_one_line(gcs_proxy, gcs, storage_major, kind):
-    gcs_proxy.add(Rule(WRITES[kind]))
-    result, job = train(gcs_proxy, gcs, storage_major, deadline="2")
+def test_an_outage_of_any_write_is_exit_74_in_one_line(faulty_gcs, storage_major, kind):
+    gcs, proxy = faulty_gcs
+    proxy.add(Rule(WRITES[kind]))
+    result, job = train(proxy, gcs, storage_major, deadline="2")
     assert result.returncode == 74, result.stderr
     error, hint = result.stderr.strip().splitlines()[-2:]
     assert error.startswith("StorageError: GCS kept failing for {}/".format(job)), error

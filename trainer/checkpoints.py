@@ -11,13 +11,14 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from trainer.storage import Directory, LocalDirectory
+from trainer.storage import Directory
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
 log = logging.getLogger("trainer.checkpoints")
 
 
 def checkpoint_name(step: int) -> str:
+    """The file name of the checkpoint of ``step``: only this module builds or parses it."""
     return "ckpt-{:09d}.pt".format(step)
 
 
@@ -27,13 +28,16 @@ class CheckpointStore:
     def __init__(self, directory: Directory, keep: int = 3) -> None:
         self.directory = directory
         self.keep = max(1, keep)
-        if isinstance(directory, LocalDirectory):
-            directory.remove_stale_temporaries()
+        directory.remove_stale_temporaries()
 
     def steps(self):
         """Steps with a checkpoint, oldest first."""
         found = (_NAME.match(name) for name in self.directory.list())
         return sorted(int(match.group(1)) for match in found if match)
+
+    def uri(self, step: int) -> str:
+        """Where the checkpoint of ``step`` is (for messages)."""
+        return self.directory.join(checkpoint_name(step))
 
     def save(self, step: int, state: Dict[str, Any]) -> str:
         """Write ``state`` (tensors already on the CPU) as the checkpoint of ``step``."""
@@ -43,7 +47,7 @@ class CheckpointStore:
         self.directory.write_bytes(name, buffer.getvalue())
         for old in self.steps()[:-self.keep]:
             self.directory.delete(checkpoint_name(old))
-        return self.directory.join(name)
+        return self.uri(step)
 
     def load_latest(self) -> Optional[Tuple[int, Dict[str, Any]]]:
         """The newest checkpoint that loads, as (step, state), or None when there is none."""

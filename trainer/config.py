@@ -14,6 +14,8 @@ from absl import flags
 from trainer.errors import TrainerError
 
 FLAGS = flags.FLAGS
+# --step_mode values; ``trainer.xla`` (which imports torch_xla) decides what "auto" means.
+STEP_MODES = ("auto", "compiled", "lazy")
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
 MAX_SEED = 2 ** 32 - 1
 
@@ -42,6 +44,8 @@ class TrainConfig:
     model: str = "resnet50"
     image_size: int = 224
     eval_batch_size: int = 0
+    step_mode: str = "auto"
+    compile_cache: str = ""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -71,6 +75,10 @@ class TrainConfig:
         if not 0.0 <= self.label_smoothing < 1.0:
             raise TrainerError("--label_smoothing must be in [0, 1), got {}".format(
                 self.label_smoothing), "e.g. --label_smoothing=0.1")
+        if self.step_mode not in STEP_MODES:
+            raise TrainerError("--step_mode={!r} is not one of {}".format(
+                self.step_mode, ", ".join(STEP_MODES)),
+                "auto compiles the steps with dynamo where torch_xla has it, else lazy")
         if not self.fake_data and not self.data_dir:
             raise TrainerError("no input data: --data_dir is not set",
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
@@ -104,6 +112,10 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "model": "torchvision model name",
         "image_size": "training image size in pixels",
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
+        "step_mode": "how steps run: auto (compiled by dynamo where torch_xla >= 2.1 has it, "
+                     "else lazy), compiled, or lazy (traced every step)",
+        "compile_cache": "folder or gs:// URI of the persistent compilation cache, shared by "
+                         "trials; default: compile-cache/ in the job dir; none: off",
     }
     for name, help_text in helps.items():
         if name in exclude:

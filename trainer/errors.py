@@ -33,3 +33,9 @@ class DataError(TrainerError):
 
 class StorageError(TrainerError):
     exit_code = EX_IOERR
+
+
+class Preempted(TrainerError):
+    """SIGTERM arrived; a checkpoint was written (or there was nothing new to save)."""
+
+    exit_code = EX_PREEMPTED

@@ -1,7 +1,7 @@
-"""The step loop, following torch_xla's performance rules:
+"""The epoch loops (training and evaluation), following torch_xla's performance rules:
 
-- batches arrive through ``xla.device_loader`` (host-to-device copies overlap compute, and the
-  loader cuts the graph once per step: one sync per step);
+- batches arrive through ``xla.device_loader`` (on the lazy path host-to-device copies overlap
+  compute, and the loader cuts the graph once per step: one sync per step);
 - nothing reads a device value inside the loop: logging goes through step closures, and
   running sums stay on the device;
 - every step traces the same graph: fixed batch shapes, accumulators created as device data
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Optional, Sequence
+from typing import Callable, Dict, Iterable, Optional
 
 import torch
 
 from trainer import xla
+from trainer.steps import Steps, device_zero
 
 
 @dataclass
@@ -74,52 +75,39 @@ class LoopState:
     clock: StepClock = field(default_factory=StepClock)
 
 
-def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A 0 that is device *data*, so adding to it traces the same graph every step. Shape
-    (1,), not (): torch_xla turns 0-dim host tensors into graph constants, which would make
-    the first step's graph differ from the rest."""
-    return torch.zeros(1, dtype=dtype).to(dev)
+@dataclass
+class EpochHooks:
+    """What ``train_epoch`` calls besides the step: ``on_log(step, loss_total)`` as a step
+    closure every ``log_steps`` steps (0: never); ``on_step(state)`` on the host after each
+    step is dispatched (checkpoint cadence); ``should_stop()`` after each step (SIGTERM)."""
+
+    log_steps: int = 0
+    on_log: Optional[Callable[[int, torch.Tensor], None]] = None
+    on_step: Optional[Callable[[LoopState], None]] = None
+    should_stop: Callable[[], bool] = lambda: False
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               scheduler: Optional[object], loss_fn: Callable, x: torch.Tensor,
-               y: torch.Tensor, loss_total: torch.Tensor) -> torch.Tensor:
-    """One optimisation step, traced lazily; returns the new running loss total."""
-    optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    return loss_total + loss.detach()
-
-
-def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                scheduler: Optional[object], loss_fn: Callable, batches: Iterable,
-                state: LoopState, log_steps: int, on_log: Callable[[int, torch.Tensor], None],
-                should_stop: Callable[[], bool],
-                on_step: Optional[Callable[[LoopState], None]] = None) -> bool:
-    """Train over ``batches``; returns True when ``should_stop()`` ended the epoch early.
-
-    ``on_log(step, loss_total)`` runs as a step closure every ``log_steps`` steps;
-    ``on_step(state)`` runs on the host after each step is dispatched (checkpoint cadence).
-    """
-    model.train()
-    dev = next(model.parameters()).device
+def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
+                hooks: EpochHooks) -> bool:
+    """Train over ``batches``; returns True when ``hooks.should_stop()`` ended the epoch
+    early."""
+    steps.model.train()
     if state.loss_total is None:
-        state.loss_total = device_zero(dev)
+        state.loss_total = device_zero(next(steps.model.parameters()).device)
     state.clock.start()
     for x, y in batches:
-        state.loss_total = train_step(model, optimizer, scheduler, loss_fn, x, y,
-                                      state.loss_total)
+        state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
         state.step_in_epoch += 1
         state.global_step += 1
         state.clock.tick()
-        if log_steps and state.global_step % log_steps == 0:
-            xla.add_step_closure(on_log, (state.global_step, state.loss_total))
-        if on_step is not None:
-            on_step(state)
-        if should_stop():
+        if hooks.on_log is not None and hooks.log_steps and (
+                state.global_step % hooks.log_steps == 0):
+            xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
+            if steps.path == xla.COMPILED:
+                xla.sync()  # no loader sync on this path: run the closure now
+        if hooks.on_step is not None:
+            hooks.on_step(state)
+        if hooks.should_stop():
             xla.sync()
             return True
     xla.sync()
@@ -128,22 +116,14 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     return False
 
 
-def evaluate(model: torch.nn.Module, batches: Iterable, topk: Sequence[int] = (1,)
-             ) -> Dict[str, float]:
-    """Top-k accuracy over ``batches``; counts stay on the device until the end. With fewer
-    than k classes, top-k counts every prediction as a hit."""
-    model.eval()
-    dev = next(model.parameters()).device
-    correct = [device_zero(dev, torch.int64) for _ in topk]
-    seen = device_zero(dev, torch.int64)
-    with torch.no_grad():
-        for x, y in batches:
-            scores = model(x)
-            predictions = scores.topk(min(max(topk), scores.shape[1]), dim=1).indices
-            hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
-            correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(correct, topk)]
-            seen = seen + (y >= 0).sum()
+def evaluate(steps: Steps, batches: Iterable) -> Dict[str, float]:
+    """Top-k accuracy over ``batches``; counts stay on the device until the end."""
+    steps.model.eval()
+    counts = steps.zero_counts(next(steps.model.parameters()).device)
+    for x, y in batches:
+        counts = steps.evaluate(x, y, counts)
     xla.sync()
+    correct, seen = counts
     count = int(seen.item())
     return {"top{}".format(k): (float(total.item()) / count if count else 0.0)
-            for total, k in zip(correct, topk)}
+            for total, k in zip(correct, steps.topk)}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from trainer.errors import DataError
-from trainer.storage import GcsDirectory, open_dir
+from trainer.storage import open_dir
 
 MEAN, STD = 0.1307, 0.3081
 _IMAGES_MAGIC, _LABELS_MAGIC = 2051, 2049
@@ -67,30 +67,19 @@ class _Source:
 
     def __init__(self, data_dir: str, cache_dir: str) -> None:
         self.data_dir, self.cache_dir = data_dir, cache_dir
-        self.bucket = open_dir(data_dir) if data_dir.startswith("gs://") else None
+        self.directory = open_dir(data_dir) if data_dir.startswith("gs://") else None
 
     def local_copy(self, name: str) -> str:
         """Path of a local file holding ``name`` or ``name.gz``."""
         for candidate in (name + ".gz", name):
-            path = (self._cached(candidate) if isinstance(self.bucket, GcsDirectory)
+            # A local --data_dir is only read: not opened as a Directory, which creates it.
+            path = (self.directory.fetch(candidate, self.cache_dir) if self.directory
                     else os.path.join(self.data_dir, candidate))
             if path is not None and os.path.isfile(path):
                 return path
         raise DataError("MNIST file {} (or {}.gz) not found in {}".format(
             name, name, self.data_dir),
             "--data_dir must hold the four standard MNIST IDX files; or use --fake_data")
-
-    def _cached(self, candidate: str) -> Optional[str]:
-        size = self.bucket.size(candidate)
-        if size is None:
-            return None
-        cached = os.path.join(self.cache_dir, self.bucket.bucket_name, self.bucket.prefix,
-                              candidate)
-        if not (os.path.isfile(cached) and os.path.getsize(cached) == size):
-            os.makedirs(os.path.dirname(cached), exist_ok=True)
-            self.bucket.download_to(candidate, cached + ".part")
-            os.replace(cached + ".part", cached)
-        return cached
 
 
 def read_idx(path: str, magic: int) -> np.ndarray:

@@ -3,8 +3,9 @@ TensorBoard event files (tensorboardX: it never imports TensorFlow), checkpoints
 ``checkpoints``), the final ``model.pt``, ``summary.json``, and the hypertune metric.
 
 Layout with ``--job_dir DIR`` (local or gs://): ``DIR/metrics.jsonl``, ``DIR/summary.json``,
-``DIR/model.pt``, ``DIR/checkpoints/``, ``DIR/tensorboard/``. Without it, Vertex AI's
-``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` are used.
+``DIR/model.pt``, ``DIR/checkpoints/``, ``DIR/tensorboard/``, ``DIR/compile-cache/`` (see
+``compile_cache``). Without it, Vertex AI's ``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` (with
+``compile-cache/`` inside) and ``AIP_TENSORBOARD_LOG_DIR`` are used.
 
 For gs:// the metrics file and event files are kept in a local working folder and uploaded
 whole (atomically) at every ``flush()``: per epoch, at checkpoints and at the end.
@@ -23,7 +24,7 @@ from typing import Any, Dict, Mapping, Optional
 import torch
 
 from trainer.errors import StorageError
-from trainer.storage import Directory, LocalDirectory, open_dir
+from trainer.storage import Directory, open_dir
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -37,15 +38,18 @@ class OutputPaths:
     model_dir: Optional[str] = None
     checkpoint_dir: Optional[str] = None
     tensorboard_dir: Optional[str] = None
+    compile_cache_dir: Optional[str] = None  # the default of --compile_cache
 
     @classmethod
     def resolve(cls, job_dir: Optional[str], environ: Mapping[str, str]) -> "OutputPaths":
         if job_dir:
             base = job_dir.rstrip("/")
-            return cls(base, base + "/checkpoints", base + "/tensorboard")
-        return cls(environ.get("AIP_MODEL_DIR") or None,
-                   environ.get("AIP_CHECKPOINT_DIR") or None,
-                   environ.get("AIP_TENSORBOARD_LOG_DIR") or None)
+            return cls(base, base + "/checkpoints", base + "/tensorboard",
+                       base + "/compile-cache")
+        checkpoints = environ.get("AIP_CHECKPOINT_DIR") or None
+        return cls(environ.get("AIP_MODEL_DIR") or None, checkpoints,
+                   environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
+                   checkpoints.rstrip("/") + "/compile-cache" if checkpoints else None)
 
 
 class RunOutputs:
@@ -64,9 +68,8 @@ class RunOutputs:
         if self._tensorboard_dir is not None:
             from tensorboardX import SummaryWriter
 
-            local = (self._tensorboard_dir.path if isinstance(self._tensorboard_dir,
-                                                              LocalDirectory)
-                     else os.path.join(self._work, "tensorboard"))
+            local = self._tensorboard_dir.staging_path("", os.path.join(self._work,
+                                                                         "tensorboard"))
             try:
                 self._writer = SummaryWriter(local, purge_step=resume_step + 1 if resume_step
                                              else None)
@@ -75,25 +78,23 @@ class RunOutputs:
                     local, error.strerror), "check the job dir: tensorboard/ must be a folder")
             self._tensorboard_local = local
         self._hypertune = None
-        self._uploaded: Dict[str, int] = {}  # gs:// object -> size of the local file uploaded
 
     def _start_metrics(self, resume_step: int) -> Optional[str]:
         if self.model_dir is None:
             return None
-        local = isinstance(self.model_dir, LocalDirectory)
-        path = (os.path.join(self.model_dir.path, METRICS) if local
-                else os.path.join(self._work, METRICS))
+        path = self.model_dir.staging_path(METRICS, self._work)
+        in_place = path == self.model_dir.join(METRICS)  # a local job dir: append in place
         try:
             previous = self.model_dir.read_bytes(METRICS).decode().splitlines()
         except (FileNotFoundError, OSError):
             previous = []
         kept = [line for line in previous if _step_of(line) is not None
                 and _step_of(line) <= resume_step] if resume_step else previous
-        if local and kept == previous:
+        if in_place and kept == previous:
             _append(path, "")  # appending continues the file as it is; fail now, not later
             return path
         content = "".join(line + "\n" for line in kept).encode()
-        if local:
+        if in_place:
             self.model_dir.write_bytes(METRICS, content)
         else:
             with open(path, "wb") as handle:
@@ -125,21 +126,9 @@ class RunOutputs:
         changed since the last flush are uploaded."""
         if self._writer is not None:
             self._writer.flush()
-            if not isinstance(self._tensorboard_dir, LocalDirectory):
-                for name in sorted(os.listdir(self._tensorboard_local)):
-                    self._upload_if_changed(os.path.join(self._tensorboard_local, name),
-                                            self._tensorboard_dir, name)
-        if self._metrics_path and self.model_dir is not None and not isinstance(
-                self.model_dir, LocalDirectory):
-            self._upload_if_changed(self._metrics_path, self.model_dir, METRICS)
-
-    def _upload_if_changed(self, local_path: str, directory: Directory, name: str) -> None:
-        # Both files are append-only, so their size tells whether they changed.
-        size = os.path.getsize(local_path)
-        key = directory.join(name)
-        if self._uploaded.get(key) != size:
-            directory.upload_file(local_path, name)
-            self._uploaded[key] = size
+            self._tensorboard_dir.sync_up(self._tensorboard_local, "")
+        if self._metrics_path and self.model_dir is not None:
+            self.model_dir.sync_up(self._metrics_path, METRICS)
 
     def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self.model_dir is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from trainer.errors import StorageError
 
@@ -34,7 +34,13 @@ def open_dir(uri: str) -> "Directory":
 
 
 class Directory:
-    """Interface shared by local and GCS directories; names are relative, ``/``-separated."""
+    """Interface shared by local and GCS directories; names are relative, ``/``-separated.
+
+    Besides reading and writing objects, it moves files between itself and the local disk
+    for callers that need a real file: ``fetch`` (read one), ``staging_path`` + ``sync_up``
+    (write files in place, then make them durable here) and ``sync_down`` (a folder's files,
+    locally). For a local directory the local path *is* the file, and syncing does nothing.
+    """
 
     uri = ""
 
@@ -54,12 +60,29 @@ class Directory:
     def delete(self, name: str) -> None:
         raise NotImplementedError
 
-    def upload_file(self, local_path: str, name: str) -> None:
-        with open(local_path, "rb") as handle:
-            self.write_bytes(name, handle.read())
-
-    def child(self, name: str) -> "Directory":
+    def fetch(self, name: str, cache_dir: str) -> Optional[str]:
+        """A local file holding ``name`` (downloaded into ``cache_dir`` when remote, and
+        again only when its size changed), or None when there is no such object."""
         raise NotImplementedError
+
+    def staging_path(self, name: str, work_dir: str) -> str:
+        """The local path where the file or folder ``name`` is written before ``sync_up``:
+        the real place for a local directory, a place under ``work_dir`` otherwise."""
+        raise NotImplementedError
+
+    def sync_up(self, local_path: str, name: str) -> int:
+        """Make ``name`` hold the file, or the folder's files, at ``local_path``; uploads
+        only files whose size changed since they were last synced (the callers' files are
+        append-only or written once). Returns how many files were uploaded."""
+        raise NotImplementedError
+
+    def sync_down(self, name: str, local_path: str) -> int:
+        """Copy the files of folder ``name`` into ``local_path`` (each atomically); returns
+        how many files ``local_path`` got."""
+        raise NotImplementedError
+
+    def remove_stale_temporaries(self, prefix: str = "") -> None:
+        """Delete temporary files a killed process left under ``prefix`` (local only)."""
 
     def join(self, name: str) -> str:
         return "{}/{}".format(self.uri.rstrip("/"), name)
@@ -112,8 +135,26 @@ class LocalDirectory(Directory):
     def delete(self, name: str) -> None:
         _remove_quietly(os.path.join(self.path, name))
 
-    def child(self, name: str) -> "LocalDirectory":
-        return LocalDirectory(os.path.join(self.path, name))
+    def fetch(self, name: str, cache_dir: str) -> Optional[str]:
+        path = os.path.join(self.path, name)
+        return path if os.path.isfile(path) else None
+
+    def staging_path(self, name: str, work_dir: str) -> str:
+        path = os.path.join(self.path, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def sync_up(self, local_path: str, name: str) -> int:
+        return 0 if _same_path(local_path, os.path.join(self.path, name)) else _copy_files(
+            local_path, lambda relative, data: self.write_bytes(
+                _joined(name, relative), data))
+
+    def sync_down(self, name: str, local_path: str) -> int:
+        source = os.path.join(self.path, name)
+        if not _same_path(source, local_path):
+            _copy_files(source, lambda relative, data: LocalDirectory(local_path).write_bytes(
+                relative, data))
+        return len(_files_under(local_path))
 
     def remove_stale_temporaries(self, prefix: str = "") -> None:
         """Delete temporary files left by a process killed mid-write."""
@@ -135,6 +176,7 @@ class GcsDirectory(Directory):
         self.bucket_name, self.prefix = bucket, prefix
         self.uri = "gs://{}/{}".format(bucket, prefix) if prefix else "gs://" + bucket
         self._bucket = None
+        self._synced: Dict[str, int] = {}  # name -> size of the file last synced up or down
 
     @property
     def bucket(self):
@@ -175,16 +217,51 @@ class GcsDirectory(Directory):
         except FileNotFoundError:
             pass
 
-    def size(self, name: str) -> Optional[int]:
+    def fetch(self, name: str, cache_dir: str) -> Optional[str]:
         blob = self._call(lambda policy: self.bucket.get_blob(self._key(name), **policy), name)
-        return None if blob is None else blob.size
+        if blob is None:
+            return None
+        cached = os.path.join(cache_dir, self.bucket_name, self._key(name))
+        if not (os.path.isfile(cached) and os.path.getsize(cached) == blob.size):
+            self._download(name, cached)
+        return cached
 
-    def download_to(self, name: str, local_path: str) -> None:
+    def staging_path(self, name: str, work_dir: str) -> str:
+        path = os.path.join(work_dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def sync_up(self, local_path: str, name: str) -> int:
+        uploaded = 0
+        for relative, path in _files_under(local_path):
+            target = _joined(name, relative)
+            size = os.path.getsize(path)
+            if self._synced.get(target) != size:
+                with open(path, "rb") as handle:
+                    self.write_bytes(target, handle.read())
+                self._synced[target] = size
+                uploaded += 1
+        return uploaded
+
+    def sync_down(self, name: str, local_path: str) -> int:
+        start = self._key(name.rstrip("/") + "/")
+        blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
+            self.bucket_name, prefix=start, **policy)), name)
+        for blob in blobs:
+            relative = blob.name[len(start):]
+            if relative and not os.path.basename(relative).startswith(_TMP_PREFIX):
+                self._download(_joined(name, relative), os.path.join(local_path, relative))
+                self._synced[_joined(name, relative)] = blob.size
+        return len(_files_under(local_path))
+
+    def _download(self, name: str, local_path: str) -> None:
+        """Download ``name`` to ``local_path`` atomically (a killed download leaves no file
+        that looks whole)."""
+        os.makedirs(os.path.dirname(local_path), exist_ok=True)
+        partial = local_path + ".part"
         self._call(lambda policy: self.bucket.blob(self._key(name)).download_to_filename(
-            local_path, **policy), name)
-
-    def child(self, name: str) -> "GcsDirectory":
-        return GcsDirectory(self.bucket_name, self._key(name))
+            partial, **policy), name)
+        os.replace(partial, local_path)
 
     def _call(self, action, name: str):
         """``action(policy)`` with the retry policy as keyword arguments; failures become
@@ -261,6 +338,37 @@ def _innermost(error: BaseException) -> BaseException:
             break
         error = inner
     return error
+
+
+def _files_under(local_path: str) -> List[Tuple[str, str]]:
+    """(relative name, path) of the file ``local_path``, or of every file in the folder
+    ``local_path`` (recursively; temporaries left out)."""
+    if os.path.isfile(local_path):
+        return [("", local_path)]
+    found = []
+    for folder, _, names in os.walk(local_path):
+        for name in names:
+            if not name.startswith(_TMP_PREFIX) and not name.endswith(".part"):
+                path = os.path.join(folder, name)
+                found.append((os.path.relpath(path, local_path).replace(os.sep, "/"), path))
+    return sorted(found)
+
+
+def _copy_files(local_path: str, write: Callable[[str, bytes], None]) -> int:
+    files = _files_under(local_path)
+    for relative, path in files:
+        with open(path, "rb") as handle:
+            write(relative, handle.read())
+    return len(files)
+
+
+def _joined(name: str, relative: str) -> str:
+    """``name/relative``, where either may be empty (the folder itself, or one file)."""
+    return "/".join(part for part in (name.rstrip("/"), relative) if part)
+
+
+def _same_path(first: str, second: str) -> bool:
+    return os.path.abspath(first) == os.path.abspath(second)
 
 
 def _fsync_dir(folder: str) -> None:

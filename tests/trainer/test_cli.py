@@ -14,7 +14,7 @@ from trainer import imagenet, mnist
 from trainer.batches import epoch_order
 from trainer.cli import parse_config
 from trainer.errors import EX_USAGE, TrainerError
-from trainer.fit import build_optimizer
+from trainer.optim import build_optimizer
 
 
 def defined(trainer):
@@ -38,7 +38,7 @@ def assert_usable(config):
         total = config.num_epochs * steps_per_epoch
         warmup = int(config.warmup_epochs * steps_per_epoch)
         for step in {0, max(0, warmup - 1), warmup, total - 1}:
-            factor = scheduler.lr_lambdas[0](step)
+            factor = scheduler.factor(step)
             assert 0.0 <= factor <= 1.0 and math.isfinite(factor * config.lr)
     torch.manual_seed(config.seed)
     epoch_order(3, config.seed, config.num_epochs)

@@ -7,12 +7,12 @@ from trainer.outputs import METRICS, OutputPaths, RunOutputs
 
 
 def test_job_dir_layout_and_vertex_fallback():
-    assert OutputPaths.resolve("gs://b/j/", {}) == OutputPaths("gs://b/j", "gs://b/j/checkpoints",
-                                                               "gs://b/j/tensorboard")
+    assert OutputPaths.resolve("gs://b/j/", {}) == OutputPaths(
+        "gs://b/j", "gs://b/j/checkpoints", "gs://b/j/tensorboard", "gs://b/j/compile-cache")
     vertex = {"AIP_MODEL_DIR": "gs://b/out/model", "AIP_CHECKPOINT_DIR": "gs://b/out/ckpt",
               "AIP_TENSORBOARD_LOG_DIR": "gs://b/out/logs"}
-    assert OutputPaths.resolve(None, vertex) == OutputPaths("gs://b/out/model",
-                                                            "gs://b/out/ckpt", "gs://b/out/logs")
+    assert OutputPaths.resolve(None, vertex) == OutputPaths(
+        "gs://b/out/model", "gs://b/out/ckpt", "gs://b/out/logs", "gs://b/out/ckpt/compile-cache")
     assert OutputPaths.resolve("gs://mine", vertex).model_dir == "gs://mine"
 
 

@@ -1,0 +1,117 @@
+"""A persistent compilation cache kept with the job, so that a restarted replica, a resumed
+job and every tuning trial load the compiled programs instead of compiling them again.
+
+It is torch_xla's own cache (``torch_xla.runtime.initialize_cache``), one file per compiled
+program, in a folder per runtime (``xla.runtime_name()``: other versions' or devices' entries
+are never offered to this one):
+
+- where: ``--compile_cache=LOCATION`` (local or gs://; one location can serve many trials),
+  by default ``compile-cache/`` in the job dir (``--job_dir``, else ``AIP_CHECKPOINT_DIR``);
+  ``--compile_cache=none`` turns it off;
+- a gs:// cache is synced down before anything compiles and up after the first epoch (when
+  every graph of the run exists) and at the end; a local one is used in place;
+- entries that cannot be loaded (corrupt, truncated) are compiled again and replaced, with one
+  warning; a cache that cannot be read or written is a warning, never a failed run.
+
+By default the cache is left off on the XLA CPU device, whose runtime (torch_xla 2.9) writes
+entries but cannot load them back; an explicit ``--compile_cache`` is used there too. torch_xla
+1.x has no persistent cache: the run says so and compiles as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any, Dict, Optional
+
+from trainer import xla
+from trainer.errors import StorageError
+from trainer.outputs import OutputPaths
+from trainer.storage import Directory, open_dir
+
+DEFAULT_FOLDER = "compile-cache"
+OFF = "none"
+log = logging.getLogger("trainer")
+
+
+class CompileCache:
+    """The cache of one run; every method is safe to call when it is off."""
+
+    def __init__(self, directory: Optional[Directory] = None) -> None:
+        self.directory = directory
+        self.namespace = xla.runtime_name()
+        self.entries_at_start = 0
+        self.saved = 0
+        self._local: Optional[str] = None
+        self._warned = False
+
+    @classmethod
+    def for_run(cls, setting: str, paths: OutputPaths) -> "CompileCache":
+        """The cache that ``--compile_cache`` (``setting``) and the job's paths ask for,
+        started (synced down, and handed to torch_xla); call it before anything compiles."""
+        location = setting or paths.compile_cache_dir
+        if not location or location == OFF:
+            return cls()
+        if not xla.persistent_cache_available():
+            log.info("compile cache: torch_xla %s has no persistent cache; not used",
+                     xla.torch_xla_version())
+            return cls()
+        if not setting and not xla.loads_cached_programs():
+            log.info("compile cache: off on this device (its runtime cannot load compiled "
+                     "programs); --compile_cache=LOCATION turns it on")
+            return cls()
+        cache = cls(open_dir(location))
+        cache._start()
+        return cache
+
+    def _start(self) -> None:
+        directory = self.directory
+        try:
+            self._local = directory.staging_path(self.namespace, tempfile.mkdtemp(
+                prefix="trainer-compile-cache-"))
+            os.makedirs(self._local, exist_ok=True)
+            self.entries_at_start = directory.sync_down(self.namespace, self._local)
+        except (StorageError, OSError) as error:
+            self._give_up("cannot be read", error)
+            return
+        if not xla.use_persistent_cache(self._local):
+            log.warning("compile cache: this process has compiled before; %s not used",
+                        directory.join(self.namespace))
+            self.directory = None
+            return
+        log.info("compile cache: %s (%d entries)", directory.join(self.namespace),
+                 self.entries_at_start)
+
+    def save(self) -> None:
+        """Make the entries compiled so far durable in the cache location, and warn once
+        about entries that could not be loaded."""
+        if self.directory is None:
+            return
+        loaded, unusable = xla.cache_counts()
+        if unusable and not self._warned:
+            self._warned = True
+            log.warning("compile cache: %d of %d entries in %s could not be loaded (corrupt, "
+                        "or this runtime cannot load compiled programs); compiled again and "
+                        "replaced", unusable, loaded + unusable,
+                        self.directory.join(self.namespace))
+        try:
+            self.saved += self.directory.sync_up(self._local, self.namespace)
+        except (StorageError, OSError) as error:
+            self._give_up("cannot be written", error)
+
+    def report(self) -> Optional[Dict[str, Any]]:
+        """The cache's figures for summary.json (None when it was off)."""
+        if self.directory is None:
+            return None
+        loaded, unusable = xla.cache_counts()
+        return {"location": self.directory.join(self.namespace),
+                "entries_at_start": self.entries_at_start, "loaded": loaded,
+                "unusable": unusable, "saved": self.saved}
+
+    def _give_up(self, what: str, error: Exception) -> None:
+        log.warning("compile cache: %s %s (%s); training goes on without it",
+                    self.directory.join(self.namespace), what,
+                    getattr(error, "message", None) or error)
+        self.directory = None
+

@@ -1,0 +1,83 @@
+"""A run's checkpoints: what one holds (model, optimizer, position in the run, running loss,
+RNG), writing it, and putting a new run back where the newest one left off."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from trainer import xla
+from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
+from trainer.errors import DataError
+from trainer.loop import LoopState
+from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
+from trainer.steps import Steps
+
+log = logging.getLogger("trainer")
+
+
+class RunCheckpoints:
+    """Checkpoints of the run that ``steps`` trains; without a store (no job dir) nothing is
+    written and nothing resumed."""
+
+    def __init__(self, store: Optional[CheckpointStore], steps: Steps) -> None:
+        self.store, self.steps = store, steps
+
+    @classmethod
+    def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps) -> "RunCheckpoints":
+        directory = checkpoint_directory(paths)
+        if directory is None:
+            log.warning("no --job_dir (nor AIP_CHECKPOINT_DIR): checkpoints are not written")
+            return cls(None, steps)
+        return cls(CheckpointStore(directory, keep=keep), steps)
+
+    def resume(self, state: LoopState) -> float:
+        """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
+        any; returns the running loss total it had (0 for a fresh run). A checkpoint of another
+        model stops the run (exit 65) before anything is overwritten."""
+        restored = self.store.load_latest() if self.store is not None else None
+        if restored is None:
+            return 0.0
+        step, saved = restored
+        problem = mismatch(self.steps.model, saved)
+        if problem is not None:  # starting over would rotate that run's checkpoints away
+            raise DataError("checkpoint {} was written by another model: {}".format(
+                self.store.uri(step), problem),
+                "use a new --job_dir for this model, or move the old checkpoints away")
+        self.steps.model.load_state_dict(saved["model"])
+        # Moves the optimizer state to the parameters' device; the rate is set again below,
+        # in the form this run's path uses.
+        self.steps.optimizer.load_state_dict(saved["optimizer"])
+        state.epoch, state.step_in_epoch = saved["epoch"], saved["step_in_epoch"]
+        state.global_step = saved["step"]
+        self.steps.learning_rate.set(state.global_step)
+        total = float(saved.get("loss_total", 0.0))
+        state.loss_total = torch.tensor([total]).to(next(self.steps.model.parameters()).device)
+        torch.set_rng_state(saved["torch_rng"])
+        log.info("resumed from %s: epoch %d, step %d", self.store.uri(step), state.epoch + 1,
+                 state.global_step)
+        return total
+
+    def save(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
+        """Checkpoint the run at ``state`` and flush ``outputs`` with it, so the metrics up to
+        this step are durable together with the checkpoint; returns where it went."""
+        if self.store is None:
+            return None
+        xla.sync()  # cut the step graph as the loader would, so the reads below compile nothing
+        steps = self.steps
+        path = self.store.save(state.global_step, {
+            "model": to_cpu(steps.model.state_dict()),
+            "optimizer": steps.learning_rate.plain_state(to_cpu(steps.optimizer.state_dict())),
+            "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
+            "step": state.global_step, "loss_total": _total(state),
+            "torch_rng": torch.get_rng_state()})
+        outputs.flush()
+        log.info("checkpoint %s", path)
+        return path
+
+
+def _total(state: LoopState) -> float:
+    return float(state.loss_total.item()) if state.loss_total is not None else 0.0
+

@@ -1,0 +1,76 @@
+"""The two step functions of a run, training and evaluation, on the path ``xla.step_path``
+chose: called once per batch on either path; on the compiled path dynamo captures each one
+once and then runs its compiled graphs, on the lazy path every call is traced again and the
+device loader's sync cuts and runs the graph.
+
+Both keep everything on the device: the running loss total and the evaluation counts are
+tensors passed in and returned, so no step reads a value back to the host.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Sequence, Tuple
+
+import torch
+
+from trainer import xla
+from trainer.optim import LearningRate
+
+Counts = Tuple[List[torch.Tensor], torch.Tensor]
+
+
+class Steps:
+    """``train(x, y, loss_total)`` and ``evaluate(x, y, counts)`` for one model; ``path``
+    says which way they run (``xla.LAZY`` or ``xla.COMPILED``)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
+                 path: str) -> None:
+        self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
+        self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
+        compile_step = xla.step_compiler(path)
+        self._train = compile_step(self._train_step)
+        self._evaluate = compile_step(self._evaluate_step)
+
+    def train(self, step: int, x: torch.Tensor, y: torch.Tensor,
+              loss_total: torch.Tensor) -> torch.Tensor:
+        """Optimisation step number ``step`` (0-based, over the run); returns the new running
+        loss total."""
+        self.learning_rate.set(step)
+        # Outside the compiled function: dynamo does not trace zero_grad (a graph break).
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._train(x, y, loss_total)
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
+        """Add the batch's top-k hits and its real (not padding) examples to ``counts``."""
+        with torch.no_grad():
+            return self._evaluate(x, y, counts)
+
+    def _train_step(self, x: torch.Tensor, y: torch.Tensor,
+                    loss_total: torch.Tensor) -> torch.Tensor:
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+        return loss_total + loss.detach()
+
+    def _evaluate_step(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
+        correct, seen = counts
+        scores = self.model(x)
+        # With fewer than k classes, top-k counts every prediction as a hit.
+        predictions = scores.topk(min(max(self.topk), scores.shape[1]), dim=1).indices
+        hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
+        correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(correct,
+                                                                              self.topk)]
+        return correct, seen + (y >= 0).sum()
+
+    def zero_counts(self, dev: torch.device) -> Counts:
+        """Evaluation counts at zero, as device data (see ``device_zero``)."""
+        return ([device_zero(dev, torch.int64) for _ in self.topk],
+                device_zero(dev, torch.int64))
+
+
+def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A 0 that is device *data*, so adding to it traces the same graph every step. Shape
+    (1,), not (): torch_xla turns 0-dim host tensors into graph constants, which would make
+    the first step's graph differ from the rest."""
+    return torch.zeros(1, dtype=dtype).to(dev)

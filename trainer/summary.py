@@ -1,0 +1,65 @@
+"""What a run reports when it ends (``summary.json`` and the last log line), and the graph
+counts behind it: graphs compiled and device executions per epoch, counted the same way on
+both step paths (torch_xla's own compile and execute counters)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, List, Optional
+
+from trainer import xla
+from trainer.loop import LoopState
+
+log = logging.getLogger("trainer")
+
+
+class GraphCounts:
+    """This run's compilations and executions (the counters are per process: a run counts
+    from where they stood when it started)."""
+
+    def __init__(self) -> None:
+        self._compiles_at_start = xla.compile_count()
+        self._executions_at_epoch_start = xla.execute_count()
+        self.compiles_after_each_epoch: List[int] = []
+        self.executions_per_epoch: List[int] = []
+
+    def epoch_started(self) -> None:
+        self._executions_at_epoch_start = xla.execute_count()
+
+    def epoch_ended(self) -> None:
+        self.executions_per_epoch.append(xla.execute_count() - self._executions_at_epoch_start)
+        self.compiles_after_each_epoch.append(self.compiled())
+
+    def compiled(self) -> int:
+        return xla.compile_count() - self._compiles_at_start
+
+
+def summarize(name: str, device_kind: str, step_path: str, state: LoopState, batch_size: int,
+              accuracy: Dict[str, float], counts: GraphCounts, started: float,
+              compile_cache: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The summary of a finished run, logged in one line."""
+    summary = {
+        "trainer": name,
+        "device": device_kind,
+        "step_path": step_path,
+        "final_accuracy": accuracy.get("top1"),
+        "final_top5": accuracy.get("top5"),
+        "epochs": state.epoch,
+        "global_step": state.global_step,
+        "steady_examples_per_second": state.clock.rate(batch_size),
+        "examples_per_second_with_compilation": state.clock.rate(batch_size, steady=False),
+        "compile_count": counts.compiled(),
+        "compiles_after_each_epoch": counts.compiles_after_each_epoch,
+        "executions_per_epoch": counts.executions_per_epoch,
+        "compile_cache": compile_cache,
+        "wall_time_seconds": time.time() - started,
+    }
+    log.info("done: accuracy %s, %.1f examples/s steady, %d graphs compiled (%s steps)",
+             _percent(summary["final_accuracy"]), summary["steady_examples_per_second"],
+             summary["compile_count"], step_path)
+    return summary
+
+
+def _percent(value: Optional[float]) -> str:
+    return "-" if value is None else "{:.2%}".format(value)

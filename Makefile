@@ -60,8 +60,10 @@ $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 venv: $(STAMP)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
-## and execs the MNIST trainer briefly (one short epoch; outputs in runs/mnist-DATE).
-RUN_ARGS ?= --fake_data --num_epochs=1 --num_steps=100 --log_steps=25 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
+## and execs the MNIST trainer on the shipped real-digit sample (data/mnist-sample: 2,000
+## training and 500 test digits; 5 epochs, about 10 s), printing its test accuracy; outputs in
+## runs/mnist-DATE. RUN_ARGS='--fake_data ...' for a smoke run.
+RUN_ARGS ?= --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
 run: $(STAMP)
 	$(PY) -m launcher -- $(RUN_ARGS)
 

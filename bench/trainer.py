@@ -4,7 +4,8 @@ For MNIST (fake data, batch 128, full epochs) and ResNet-18 (fake data, small im
 steady examples/s (after the first steps' compilation), examples/s including compilation,
 graphs compiled for a train + eval run, device executions per epoch, and the pipeline
 efficiency: steady end-to-end examples/s divided by the examples/s of the same compiled step
-fed a batch that is already on the device (this device's limit).
+fed a batch that is already on the device (this device's limit). The steps take the default
+path (compiled where torch_xla has dynamo); bench/step_paths.py compares the two paths.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import torch  # noqa: E402
 
 from trainer import imagenet, mnist, xla  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
-from trainer.fit import build_optimizer  # noqa: E402
-from trainer.loop import device_zero, train_step  # noqa: E402
+from trainer.optim import build_optimizer  # noqa: E402
 from trainer.outputs import OutputPaths  # noqa: E402
+from trainer.steps import Steps, device_zero  # noqa: E402
 
 
 def device_limit(model: torch.nn.Module, loss_fn, config: TrainConfig, shape, classes: int,
@@ -35,19 +36,22 @@ def device_limit(model: torch.nn.Module, loss_fn, config: TrainConfig, shape, cl
     on a 2-core CPU device single timings vary by +-15 %."""
     dev = xla.device()
     model = model.to(dev)
-    optimizer, scheduler = build_optimizer(config, model, steps)
+    path = xla.step_path(config.step_mode)
+    optimizer, rate = build_optimizer(config, model, steps,
+                                      dev if path == xla.COMPILED else None)
+    runner = Steps(model, optimizer, rate, loss_fn, (1,), path)
     x = torch.randn((config.batch_size,) + shape).to(dev)
     y = torch.randint(0, classes, (config.batch_size,)).to(dev)
     total = device_zero(dev)
-    for _ in range(3):
-        total = train_step(model, optimizer, scheduler, loss_fn, x, y, total)
+    for step in range(3):
+        total = runner.train(step, x, y, total)
         xla.sync()
     xla.wait()
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(steps):
-            total = train_step(model, optimizer, scheduler, loss_fn, x, y, total)
+        for step in range(steps):
+            total = runner.train(step, x, y, total)
             xla.sync()
         xla.wait()  # the last step has finished
         rates.append(steps * config.batch_size / (time.perf_counter() - start))

@@ -1,13 +1,16 @@
-"""trainer.mnist_data: IDX parsing from local folders and gs://, with clear errors."""
+"""trainer.mnist_data: IDX parsing from local folders and gs://, with clear errors; the
+real-digit sample `make run` trains on."""
 
 import gzip
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from mnist_files import write_idx
 
-from conftest import MNIST_SUBSET, copy_mnist_to_bucket, needs_mnist
+from conftest import MNIST_SUBSET, REPO, copy_mnist_to_bucket, needs_mnist
 from trainer.errors import DataError
 from trainer.mnist_data import load_splits, random_shift, read_idx
 
@@ -69,3 +72,19 @@ def test_random_shift_keeps_shape_and_moves_pixels():
     shifted = random_shift(batch, torch.Generator().manual_seed(0))
     assert shifted.shape == batch.shape
     assert (shifted.flatten(1).argmax(1) != batch.flatten(1).argmax(1)).any()
+
+SAMPLE = REPO / "data" / "mnist-sample"
+
+
+def test_the_shipped_sample_is_real_digits_of_every_class():
+    (train_x, train_y), (test_x, test_y) = load_splits(str(SAMPLE))
+    assert (len(train_x), len(test_x)) == (2000, 500)
+    assert set(train_y.tolist()) == set(test_y.tolist()) == set(range(10))
+    assert train_x.std() > 0.5  # pixels, not a constant fake batch
+
+@needs_mnist
+def test_the_shipped_sample_is_cut_reproducibly_from_the_subset(tmp_path):
+    subprocess.run([sys.executable, str(REPO / "data" / "cut_mnist_sample.py"),
+                    str(MNIST_SUBSET), str(tmp_path)], check=True)
+    for shipped in SAMPLE.glob("*.gz"):
+        assert (tmp_path / shipped.name).read_bytes() == shipped.read_bytes(), shipped.name

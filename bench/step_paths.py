@@ -5,7 +5,8 @@ Prints, for each figure, the median of ``--runs`` runs per variant, the variants
 (lazy, compiled, lazy, ...) so that drifts of this 2-core machine hit both alike:
 
 - host-bound: MNIST, fake data, batch 8, 1,500 training steps (evaluation capped the same):
-  wall time of the process, training steps/s, and compiled/lazy as ratios;
+  wall time of the process, training steps/s, start-up (process start to training: imports,
+  model), the first steps' capture and compilation, and compiled/lazy as ratios;
 - device-bound: MNIST, fake data, batch 128, one epoch: the same figures;
 - graphs compiled and device executions per epoch of both paths;
 - restart: ResNet-18, 224 px, batch 8, 30 steps, through ``--compile_cache``: wall time and
@@ -50,6 +51,18 @@ def trainer_run(module: str, args: List[str]) -> Dict[str, float]:
     return dict(summary, wall=wall, first_step=first_step or float("nan"))
 
 
+def batch_of(args: List[str]) -> int:
+    return int(next(a for a in args if a.startswith("--batch_size=")).split("=")[1])
+
+
+def compile_seconds(summary: dict, batch: int) -> float:
+    """Training time beyond what the steady rate accounts for: the first steps' capture and
+    compilation."""
+    examples = summary["global_step"] * batch
+    return (examples / summary["examples_per_second_with_compilation"]
+            - examples / summary["steady_examples_per_second"])
+
+
 def compare_paths(title: str, args: List[str], runs: int) -> Dict[str, List[dict]]:
     results: Dict[str, List[dict]] = {path: [] for path in PATHS}
     for _ in range(runs):
@@ -58,12 +71,17 @@ def compare_paths(title: str, args: List[str], runs: int) -> Dict[str, List[dict
     print(title)
     medians = {}
     for path in PATHS:
-        batch = int(next(a for a in args if a.startswith("--batch_size=")).split("=")[1])
-        wall = statistics.median(r["wall"] for r in results[path])
-        steps = statistics.median(r["steady_examples_per_second"] / batch
-                                  for r in results[path])
+        runs_of_path = results[path]
+        wall = statistics.median(r["wall"] for r in runs_of_path)
+        steps = statistics.median(r["steady_examples_per_second"] / batch_of(args)
+                                  for r in runs_of_path)
         medians[path] = (wall, steps)
-        print("  {:9s} wall {:6.2f} s   steady {:7.1f} steps/s".format(path, wall, steps))
+        print("  {:9s} wall {:6.2f} s   steady {:7.1f} steps/s   start-up {:5.2f} s   "
+              "compiling the first steps {:5.2f} s".format(
+                  path, wall, steps, statistics.median(r["wall"] - r["wall_time_seconds"]
+                                                       for r in runs_of_path),
+                  statistics.median(compile_seconds(r, batch_of(args))
+                                    for r in runs_of_path)))
     print("  compiled / lazy: whole process {:.2f}x as fast, steady steps/s {:.2f}x".format(
         medians["lazy"][0] / medians["compiled"][0], medians["compiled"][1] / medians["lazy"][1]))
     return results

@@ -68,8 +68,9 @@ class CompileCache:
     def _start(self) -> None:
         directory = self.directory
         try:
-            self._local = directory.staging_path(self.namespace, tempfile.mkdtemp(
-                prefix="trainer-compile-cache-"))
+            # A remote cache's local copy is per process; a local cache is used in place.
+            self._local = directory.staging_path(self.namespace, os.path.join(
+                tempfile.gettempdir(), "trainer-compile-cache-{}".format(os.getpid())))
             os.makedirs(self._local, exist_ok=True)
             self.entries_at_start = directory.sync_down(self.namespace, self._local)
         except (StorageError, OSError) as error:

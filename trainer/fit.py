@@ -109,7 +109,7 @@ class _Run:
         return accuracy
 
     def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
-        state, dev = self.state, next(self.steps.model.parameters()).device
+        state, dev = self.state, self.steps.device
         self.counts.epoch_started()
         batches = _limited(self.data.train_batches(state.epoch, state.step_in_epoch),
                            self.steps_per_epoch - state.step_in_epoch)

@@ -93,7 +93,7 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
     early."""
     steps.model.train()
     if state.loss_total is None:
-        state.loss_total = device_zero(next(steps.model.parameters()).device)
+        state.loss_total = device_zero(steps.device)
     state.clock.start()
     for x, y in batches:
         state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
@@ -119,7 +119,7 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
 def evaluate(steps: Steps, batches: Iterable) -> Dict[str, float]:
     """Top-k accuracy over ``batches``; counts stay on the device until the end."""
     steps.model.eval()
-    counts = steps.zero_counts(next(steps.model.parameters()).device)
+    counts = steps.zero_counts()
     for x, y in batches:
         counts = steps.evaluate(x, y, counts)
     xla.sync()

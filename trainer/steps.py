@@ -28,6 +28,7 @@ class Steps:
                  path: str) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
+        self.device = next(model.parameters()).device
         compile_step = xla.step_compiler(path)
         self._train = compile_step(self._train_step)
         self._evaluate = compile_step(self._evaluate_step)
@@ -63,10 +64,10 @@ class Steps:
                                                                               self.topk)]
         return correct, seen + (y >= 0).sum()
 
-    def zero_counts(self, dev: torch.device) -> Counts:
+    def zero_counts(self) -> Counts:
         """Evaluation counts at zero, as device data (see ``device_zero``)."""
-        return ([device_zero(dev, torch.int64) for _ in self.topk],
-                device_zero(dev, torch.int64))
+        return ([device_zero(self.device, torch.int64) for _ in self.topk],
+                device_zero(self.device, torch.int64))
 
 
 def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from trainer.errors import StorageError
 
@@ -71,14 +71,15 @@ class Directory:
         raise NotImplementedError
 
     def sync_up(self, local_path: str, name: str) -> int:
-        """Make ``name`` hold the file, or the folder's files, at ``local_path``; uploads
-        only files whose size changed since they were last synced (the callers' files are
-        append-only or written once). Returns how many files were uploaded."""
+        """Make ``name`` hold the file, or the folder's files, at ``local_path`` (what
+        ``staging_path(name, ...)`` gave); uploads only files whose size changed since they
+        were last synced (the callers' files are append-only or written once). Returns how
+        many files were uploaded."""
         raise NotImplementedError
 
     def sync_down(self, name: str, local_path: str) -> int:
-        """Copy the files of folder ``name`` into ``local_path`` (each atomically); returns
-        how many files ``local_path`` got."""
+        """Copy the files of folder ``name`` into ``local_path`` (what ``staging_path(name,
+        ...)`` gave; each file atomically); returns how many files ``local_path`` holds."""
         raise NotImplementedError
 
     def remove_stale_temporaries(self, prefix: str = "") -> None:
@@ -145,15 +146,9 @@ class LocalDirectory(Directory):
         return path
 
     def sync_up(self, local_path: str, name: str) -> int:
-        return 0 if _same_path(local_path, os.path.join(self.path, name)) else _copy_files(
-            local_path, lambda relative, data: self.write_bytes(
-                _joined(name, relative), data))
+        return 0  # the staging path is the file itself
 
     def sync_down(self, name: str, local_path: str) -> int:
-        source = os.path.join(self.path, name)
-        if not _same_path(source, local_path):
-            _copy_files(source, lambda relative, data: LocalDirectory(local_path).write_bytes(
-                relative, data))
         return len(_files_under(local_path))
 
     def remove_stale_temporaries(self, prefix: str = "") -> None:
@@ -354,21 +349,9 @@ def _files_under(local_path: str) -> List[Tuple[str, str]]:
     return sorted(found)
 
 
-def _copy_files(local_path: str, write: Callable[[str, bytes], None]) -> int:
-    files = _files_under(local_path)
-    for relative, path in files:
-        with open(path, "rb") as handle:
-            write(relative, handle.read())
-    return len(files)
-
-
 def _joined(name: str, relative: str) -> str:
     """``name/relative``, where either may be empty (the folder itself, or one file)."""
     return "/".join(part for part in (name.rstrip("/"), relative) if part)
-
-
-def _same_path(first: str, second: str) -> bool:
-    return os.path.abspath(first) == os.path.abspath(second)
 
 
 def _fsync_dir(folder: str) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any, Callable, Iterable, Sequence, Tuple, TypeVar
 
@@ -22,7 +21,6 @@ from trainer.errors import TrainerError
 # the per-step tracing and hashing off the host.
 LAZY, COMPILED, AUTO = "lazy", "compiled", "auto"
 
-log = logging.getLogger("trainer")
 Function = TypeVar("Function", bound=Callable[..., Any])
 
 
@@ -148,11 +146,9 @@ def loads_cached_programs() -> bool:
 def use_persistent_cache(local_folder: str) -> bool:
     """Compile through a persistent cache in ``local_folder``; False (and nothing changes)
     when this process has compiled already, since the cache must come first."""
-    import torch_xla.runtime as xr
-
     if torch_xla._XLAC._xla_computation_cache_is_initialized():
         return False
-    xr.initialize_cache(local_folder, readonly=False)
+    _runtime().initialize_cache(local_folder, readonly=False)
     return True
 
 

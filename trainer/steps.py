@@ -1,7 +1,8 @@
 """The two step functions of a run, training and evaluation, on the path ``xla.step_path``
-chose: called once per batch on either path; on the compiled path dynamo captures each one
-once and then runs its compiled graphs, on the lazy path every call is traced again and the
-device loader's sync cuts and runs the graph.
+chose: called once per batch on either path. On the compiled path the training step is one
+graph of forward, backward and update (``graph_step``) and the evaluation step is captured by
+dynamo once; after that each call just runs a compiled graph. On the lazy path every call is
+traced again and the device loader's sync cuts and runs the graph.
 
 Both keep everything on the device: the running loss total and the evaluation counts are
 tensors passed in and returned, so no step reads a value back to the host.
@@ -14,6 +15,7 @@ from typing import Callable, List, Sequence, Tuple
 import torch
 
 from trainer import xla
+from trainer.graph_step import OneGraphTrainStep
 from trainer.optim import LearningRate
 
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
@@ -29,17 +31,15 @@ class Steps:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.device = next(model.parameters()).device
-        compile_step = xla.step_compiler(path)
-        self._train = compile_step(self._train_step)
-        self._evaluate = compile_step(self._evaluate_step)
+        self._train = OneGraphTrainStep(model, optimizer, loss_fn) \
+            if path == xla.COMPILED else self._lazy_train_step
+        self._evaluate = xla.step_compiler(path)(self._evaluate_step)
 
     def train(self, step: int, x: torch.Tensor, y: torch.Tensor,
               loss_total: torch.Tensor) -> torch.Tensor:
         """Optimisation step number ``step`` (0-based, over the run); returns the new running
         loss total."""
         self.learning_rate.set(step)
-        # Outside the compiled function: dynamo does not trace zero_grad (a graph break).
-        self.optimizer.zero_grad(set_to_none=True)
         return self._train(x, y, loss_total)
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
@@ -47,8 +47,9 @@ class Steps:
         with torch.no_grad():
             return self._evaluate(x, y, counts)
 
-    def _train_step(self, x: torch.Tensor, y: torch.Tensor,
-                    loss_total: torch.Tensor) -> torch.Tensor:
+    def _lazy_train_step(self, x: torch.Tensor, y: torch.Tensor,
+                         loss_total: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()

@@ -16,9 +16,10 @@ from trainer.errors import TrainerError
 
 # How the training and evaluation steps run (``--step_mode``, reported in summary.json):
 # LAZY traces every op of every step and compiles the traced graph once per shape (torch_xla
-# 1.x's only way, and the reference scripts'); COMPILED captures each step once with dynamo
-# (``torch.compile(backend="openxla")``) and then just runs the compiled graphs, which takes
-# the per-step tracing and hashing off the host.
+# 1.x's only way, and the reference scripts'); COMPILED captures each step once (training as
+# one traced graph of forward, backward and update, ``graph_step``; evaluation with dynamo)
+# and then just runs the compiled graphs, which takes the per-step tracing and hashing off
+# the host.
 LAZY, COMPILED, AUTO = "lazy", "compiled", "auto"
 
 Function = TypeVar("Function", bound=Callable[..., Any])
@@ -108,7 +109,7 @@ def step_path(requested: str = AUTO) -> str:
 
 
 def step_compiler(path: str) -> Callable[[Function], Function]:
-    """What turns a step function into the one a run calls: dynamo with the ``openxla``
+    """What turns an evaluation step into the one a run calls: dynamo with the ``openxla``
     backend on the compiled path, the function itself on the lazy path.
 
     Dynamo's compiled code is kept per Python function and guarded on the objects it reads
@@ -120,6 +121,13 @@ def step_compiler(path: str) -> Callable[[Function], Function]:
 
     torch._dynamo.reset()
     return lambda function: torch.compile(function, backend="openxla")
+
+
+def compile_traced(graph: torch.nn.Module) -> Callable[..., Any]:
+    """``graph`` (a ``make_fx`` trace: aten ops only, backward included, nothing left for
+    autograd) compiled by torch_xla as it is: dynamo's ``openxla_eval`` backend, which skips
+    the autograd tracing that ``openxla`` would add."""
+    return torch.compile(graph, backend="openxla_eval")
 
 
 def torch_xla_version() -> str:

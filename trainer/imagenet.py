@@ -13,13 +13,12 @@ if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
 
-import sys
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from trainer.batches import DataSource, FakeSource
-from trainer.cli import run_main
+from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
@@ -76,4 +75,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

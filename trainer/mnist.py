@@ -14,7 +14,6 @@ if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
 
-import sys
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 
 from trainer import mnist_data
 from trainer.batches import DataSource, FakeSource, TensorSource
-from trainer.cli import run_main
+from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
@@ -82,4 +81,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -1,11 +1,12 @@
-"""The compiled path's training step as one graph: forward, backward and the SGD update of a
-batch, traced once per batch shape into a single graph of aten ops that torch_xla compiles,
-then run as one device execution per step.
+"""The compiled path's steps, each one graph: the training step (forward, backward and the SGD
+update of a batch) and the evaluation step are traced with ``make_fx`` into graphs of aten ops
+once per batch shape, compiled by torch_xla, and then run as one device execution per step.
 
-Why not ``torch.compile`` of the eager step: dynamo cannot trace ``loss.backward()``, and
-``Optimizer.step`` breaks the graph on purpose, so that step runs as five graphs, each with
-its own host cost per step, which is what bounds small batches. ``make_fx`` records what
-autograd actually runs, backward included, so the whole step is one graph.
+Why not ``torch.compile`` of the eager steps: dynamo cannot trace ``loss.backward()``, and
+``Optimizer.step`` breaks the graph on purpose, so a training step runs as five graphs, each
+with its own host cost per step, which is what bounds small batches; and dynamo's capture
+retraces Python bytecode, a second first-step cost on top of the trace. ``make_fx`` records
+what autograd actually runs, backward included, so the whole step is one graph.
 
 The update is the rule of ``torch.optim.SGD`` as ``optim.build_optimizer`` configures it
 (weight decay added to the gradient, momentum without dampening, no Nesterov), written with
@@ -23,66 +24,98 @@ import torch
 from trainer import xla
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Tensors = Sequence[torch.Tensor]
+
+
+class TracedPerShape:
+    """``function(*state, *batch)`` (tensors in, a tuple of tensors out) traced and compiled
+    once for each shape of ``batch`` and mode of ``model`` (training or evaluation; the trace
+    records the one it ran in). ``state`` is what never changes shape: parameters, buffers.
+
+    The trace runs on fake tensors: it computes nothing and leaves the state as it is. The
+    compiled graph then reads its inputs, and writes in place to the inputs that ``function``
+    wrote to."""
+
+    def __init__(self, model: torch.nn.Module,
+                 function: Callable[..., Tuple[torch.Tensor, ...]]) -> None:
+        self.model, self.function = model, function
+        self._compiled: Dict[Tuple, Callable[..., Sequence[torch.Tensor]]] = {}
+
+    def __call__(self, state: Tensors, batch: Tensors) -> Sequence[torch.Tensor]:
+        inputs = list(state) + list(batch)
+        signature = (self.model.training,) + tuple((tuple(t.shape), t.dtype) for t in batch)
+        compiled = self._compiled.get(signature)
+        if compiled is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            # A plain function: make_fx miscounts the arguments of a bound method.
+            trace = make_fx(lambda *tensors: self.function(*tensors), tracing_mode="fake")
+            compiled = self._compiled[signature] = xla.compile_traced(trace(*inputs), inputs)
+        return compiled(*inputs)
+
+
+class ModelTensors:
+    """``model``'s parameters and buffers as flat lists, and calls of ``model`` on other
+    tensors in their places (how a traced function sees the model: as its inputs, not as
+    constants)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        named = list(model.named_parameters())
+        self.parameter_names = [name for name, _ in named]
+        self.parameters = [parameter for _, parameter in named]
+        named_buffers = list(model.named_buffers())
+        self.buffer_names = [name for name, _ in named_buffers]
+        self.buffers = [buffer for _, buffer in named_buffers]
+
+    def state(self) -> List[torch.Tensor]:
+        """Parameters then buffers. The parameters as detached views: a graph writes new
+        values through them (autograd forbids in-place writes to leaves that require grad)."""
+        return [parameter.detach() for parameter in self.parameters] + self.buffers
+
+    def call(self, parameters: Tensors, buffers: Tensors, x: torch.Tensor) -> torch.Tensor:
+        tensors = dict(zip(self.parameter_names, parameters))
+        tensors.update(zip(self.buffer_names, buffers))
+        return torch.func.functional_call(self.model, tensors, (x,))
 
 
 class OneGraphTrainStep:
     """``step(x, y, loss_total)``: one SGD step of ``model`` on the batch ``(x, y)`` at the
     optimizer's current rate, updating the parameters, the momentum buffers and the model's
     own buffers (batch-norm statistics) in place; returns ``loss_total`` plus the batch's
-    loss. Each new batch shape is traced and compiled once.
+    loss.
 
     The rate must be a device tensor in the optimizer's group (``optim.LearningRate`` with a
     device), read at every step: a number would be a constant of the traced graph."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.SGD,
                  loss_fn: LossFunction) -> None:
-        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.optimizer, self.loss_fn = optimizer, loss_fn
         self.momentum, self.weight_decay = sgd_settings(optimizer)
         if not isinstance(optimizer.param_groups[0]["lr"], torch.Tensor):
             raise ValueError("the one-graph step needs the learning rate as a device tensor "
                              "(optim.build_optimizer with rate_device)")
-        named = list(model.named_parameters())
-        self._parameter_names = [name for name, _ in named]
-        self._parameters = [parameter for _, parameter in named]
-        named_buffers = list(model.named_buffers())
-        self._buffer_names = [name for name, _ in named_buffers]
-        self._buffers = [buffer for _, buffer in named_buffers]
-        self._compiled: Dict[Tuple, Callable[..., torch.Tensor]] = {}
+        self.tensors = ModelTensors(model)
+        self._graph = TracedPerShape(model, self._step)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
-        # Detached views: the graph writes the new values through them into the parameters
-        # (autograd does not allow in-place writes to leaves that require grad).
-        inputs = ([parameter.detach() for parameter in self._parameters], self._buffers,
-                  self._momentum_buffers(), x, y, self.optimizer.param_groups[0]["lr"],
-                  loss_total)
-        signature = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
-        step = self._compiled.get(signature)
-        if step is None:
-            step = self._compiled[signature] = self._trace(inputs)
-        return step(*inputs)
+        state = self.tensors.state() + self._momentum_buffers()
+        batch = (x, y, self.optimizer.param_groups[0]["lr"], loss_total)
+        return self._graph(state, batch)[0]
 
-    def _trace(self, inputs: Tuple) -> Callable[..., torch.Tensor]:
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        # Fake tensors: tracing computes nothing on the device and leaves the state as is.
-        # (A plain function: make_fx miscounts the arguments of a bound method.)
-        trace = make_fx(lambda *arguments: self._step(*arguments), tracing_mode="fake")
-        return xla.compile_traced(trace(*inputs))
-
-    def _step(self, parameters: List[torch.Tensor], buffers: List[torch.Tensor],
-              momentum_buffers: List[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-              rate: torch.Tensor, loss_total: torch.Tensor) -> torch.Tensor:
-        """The traced function, written as eager code on the parameters it is given."""
+    def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor]:
+        """The traced function: eager code on the tensors it is given."""
+        parameters, buffers, momentum_buffers, (x, y, rate, loss_total) = _split(
+            inputs, len(self.tensors.parameters), len(self.tensors.buffers),
+            len(self.tensors.parameters) if self.momentum else 0)
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
-        tensors = dict(zip(self._parameter_names, leaves))
-        tensors.update(zip(self._buffer_names, buffers))
-        loss = self.loss_fn(torch.func.functional_call(self.model, tensors, (x,)), y)
+        loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
             sgd_update(parameters, gradients, momentum_buffers, rate, self.momentum,
                        self.weight_decay)
-        return loss_total + loss.detach()
+        return (loss_total + loss.detach(),)
 
     def _momentum_buffers(self) -> List[torch.Tensor]:
         """The optimizer's momentum buffers, read afresh every step (loading a checkpoint
@@ -91,12 +124,42 @@ class OneGraphTrainStep:
         if not self.momentum:
             return []
         buffers = []
-        for parameter in self._parameters:
+        for parameter in self.tensors.parameters:
             state = self.optimizer.state[parameter]
             if state.get("momentum_buffer") is None:
                 state["momentum_buffer"] = torch.zeros_like(parameter.detach())
             buffers.append(state["momentum_buffer"])
         return buffers
+
+
+class OneGraphEvalStep:
+    """``step(x, y, totals)``: ``count(model(x), y, totals)`` as one graph, where ``totals``
+    is a flat list of device tensors and ``count`` returns their new values."""
+
+    def __init__(self, model: torch.nn.Module,
+                 count: Callable[[torch.Tensor, torch.Tensor, Tensors], Tensors]) -> None:
+        self.count = count
+        self.tensors = ModelTensors(model)
+        self._graph = TracedPerShape(model, self._step)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor,
+                 totals: Tensors) -> Sequence[torch.Tensor]:
+        return self._graph(self.tensors.state(), [x, y] + list(totals))
+
+    def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        parameters, buffers, (x, y), totals = _split(inputs, len(self.tensors.parameters),
+                                                      len(self.tensors.buffers), 2)
+        with torch.no_grad():
+            return tuple(self.count(self.tensors.call(parameters, buffers, x), y, totals))
+
+
+def _split(tensors: Tensors, *sizes: int) -> List[Tensors]:
+    """Consecutive slices of ``tensors`` of the given sizes, then the rest."""
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(tensors[start:start + size])
+        start += size
+    return parts + [tensors[start:]]
 
 
 def sgd_update(parameters: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor],

@@ -1,7 +1,7 @@
 """The two step functions of a run, training and evaluation, on the path ``xla.step_path``
-chose: called once per batch on either path. On the compiled path the training step is one
-graph of forward, backward and update (``graph_step``) and the evaluation step is captured by
-dynamo once; after that each call just runs a compiled graph. On the lazy path every call is
+chose: called once per batch on either path. On the compiled path each is traced once into
+one graph (``graph_step``; for training: forward, backward and update), and after that each
+call just runs that graph. On the lazy path every call is
 traced again and the device loader's sync cuts and runs the graph.
 
 Both keep everything on the device: the running loss total and the evaluation counts are
@@ -15,7 +15,7 @@ from typing import Callable, List, Sequence, Tuple
 import torch
 
 from trainer import xla
-from trainer.graph_step import OneGraphTrainStep
+from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
@@ -31,9 +31,12 @@ class Steps:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.device = next(model.parameters()).device
-        self._train = OneGraphTrainStep(model, optimizer, loss_fn) \
-            if path == xla.COMPILED else self._lazy_train_step
-        self._evaluate = xla.step_compiler(path)(self._evaluate_step)
+        if path == xla.COMPILED:
+            self._train = OneGraphTrainStep(model, optimizer, loss_fn)
+            self._count_batch = OneGraphEvalStep(model, self._count)
+        else:
+            self._train = self._lazy_train_step
+            self._count_batch = self._lazy_count_batch
 
     def train(self, step: int, x: torch.Tensor, y: torch.Tensor,
               loss_total: torch.Tensor) -> torch.Tensor:
@@ -44,8 +47,9 @@ class Steps:
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
         """Add the batch's top-k hits and its real (not padding) examples to ``counts``."""
-        with torch.no_grad():
-            return self._evaluate(x, y, counts)
+        correct, seen = counts
+        totals = self._count_batch(x, y, list(correct) + [seen])
+        return list(totals[:-1]), totals[-1]
 
     def _lazy_train_step(self, x: torch.Tensor, y: torch.Tensor,
                          loss_total: torch.Tensor) -> torch.Tensor:
@@ -55,15 +59,20 @@ class Steps:
         self.optimizer.step()
         return loss_total + loss.detach()
 
-    def _evaluate_step(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
-        correct, seen = counts
-        scores = self.model(x)
+    def _lazy_count_batch(self, x: torch.Tensor, y: torch.Tensor,
+                          totals: List[torch.Tensor]) -> List[torch.Tensor]:
+        with torch.no_grad():
+            return self._count(self.model(x), y, totals)
+
+    def _count(self, scores: torch.Tensor, y: torch.Tensor,
+               totals: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """``totals`` (hits for each k, then examples seen) plus this batch's."""
         # With fewer than k classes, top-k counts every prediction as a hit.
         predictions = scores.topk(min(max(self.topk), scores.shape[1]), dim=1).indices
         hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
-        correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(correct,
+        correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(totals,
                                                                               self.topk)]
-        return correct, seen + (y >= 0).sum()
+        return correct + [totals[-1] + (y >= 0).sum()]
 
     def zero_counts(self) -> Counts:
         """Evaluation counts at zero, as device data (see ``device_zero``)."""

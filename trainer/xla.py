@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterable, Sequence, Tuple
 
 import torch
 import torch_xla
@@ -16,13 +16,10 @@ from trainer.errors import TrainerError
 
 # How the training and evaluation steps run (``--step_mode``, reported in summary.json):
 # LAZY traces every op of every step and compiles the traced graph once per shape (torch_xla
-# 1.x's only way, and the reference scripts'); COMPILED captures each step once (training as
-# one traced graph of forward, backward and update, ``graph_step``; evaluation with dynamo)
-# and then just runs the compiled graphs, which takes the per-step tracing and hashing off
-# the host.
+# 1.x's only way, and the reference scripts'); COMPILED traces each step once into one graph
+# (training: forward, backward and update; ``graph_step``) and then just runs the compiled
+# graphs, which takes the per-step tracing and hashing off the host.
 LAZY, COMPILED, AUTO = "lazy", "compiled", "auto"
-
-Function = TypeVar("Function", bound=Callable[..., Any])
 
 
 def device() -> torch.device:
@@ -82,52 +79,44 @@ def execute_count() -> int:
     return int(data[0]) if data else 0
 
 
-def dynamo_available() -> bool:
-    """Whether this torch/torch_xla pair has dynamo's ``openxla`` backend (torch_xla >= 2.1;
-    the XRT image's 1.11 has no ``torch.compile``)."""
-    if not hasattr(torch, "compile"):
+def graph_compiler_available() -> bool:
+    """Whether steps can be traced into graphs and compiled as such (``compile_traced``):
+    torch's ``make_fx`` and ``torch.func``, and torch_xla's graph bridge (torch_xla >= 2.1;
+    the XRT image's 1.11 has none of them)."""
+    if not hasattr(torch, "func"):
         return False
-    from torch._dynamo import list_backends
-
-    return "openxla" in list_backends(exclude_tags=())
+    try:
+        from torch_xla._dynamo import dynamo_bridge
+    except ImportError:
+        return False
+    return hasattr(dynamo_bridge, "extract_compiled_graph")
 
 
 def step_path(requested: str = AUTO) -> str:
-    """The one decision of how steps run: ``compiled`` where dynamo's ``openxla`` backend
-    exists, else ``lazy``; ``requested`` (``--step_mode``) may force either. Asking for
-    ``compiled`` where it does not exist is refused (exit 64), never silently lazy."""
+    """The one decision of how steps run: ``compiled`` where ``graph_compiler_available()``,
+    else ``lazy``; ``requested`` (``--step_mode``) may force either. Asking for ``compiled``
+    where it is not available is refused (exit 64), never silently lazy."""
     if requested == LAZY:
         return LAZY
-    if dynamo_available():
+    if graph_compiler_available():
         return COMPILED
     if requested == COMPILED:
-        raise TrainerError("--step_mode=compiled needs torch.compile with the openxla backend "
-                           "(torch_xla >= 2.1); this is torch_xla {}".format(
-                               torch_xla_version()),
+        raise TrainerError("--step_mode=compiled needs torch_xla >= 2.1 (traced step graphs); "
+                           "this is torch_xla {}".format(torch_xla_version()),
                            "use --step_mode=auto (lazy here) or a torch_xla 2.x image")
     return LAZY
 
 
-def step_compiler(path: str) -> Callable[[Function], Function]:
-    """What turns an evaluation step into the one a run calls: dynamo with the ``openxla``
-    backend on the compiled path, the function itself on the lazy path.
+def compile_traced(graph: torch.nn.Module, inputs: Sequence[torch.Tensor]
+                   ) -> Callable[..., Sequence[torch.Tensor]]:
+    """``graph`` (a ``make_fx`` trace over flat tensors: aten ops only, backward included)
+    compiled by torch_xla for ``inputs``: a function of tensors like them that runs it as one
+    device execution and writes back the inputs the graph wrote to. This is torch_xla's
+    dynamo bridge, the one torch's ``openxla`` backends call, given the graph directly:
+    dynamo would only trace it a second time."""
+    from torch_xla._dynamo import dynamo_bridge
 
-    Dynamo's compiled code is kept per Python function and guarded on the objects it reads
-    (the model, the optimizer); a new run in the same process starts from an empty cache, so
-    that earlier runs' entries never count against dynamo's recompile limit."""
-    if path != COMPILED:
-        return lambda function: function
-    import torch._dynamo
-
-    torch._dynamo.reset()
-    return lambda function: torch.compile(function, backend="openxla")
-
-
-def compile_traced(graph: torch.nn.Module) -> Callable[..., Any]:
-    """``graph`` (a ``make_fx`` trace: aten ops only, backward included, nothing left for
-    autograd) compiled by torch_xla as it is: dynamo's ``openxla_eval`` backend, which skips
-    the autograd tracing that ``openxla`` would add."""
-    return torch.compile(graph, backend="openxla_eval")
+    return dynamo_bridge.extract_compiled_graph(graph, list(inputs))
 
 
 def torch_xla_version() -> str:

@@ -1,5 +1,5 @@
 """trainer.steps and the path decision in trainer.xla, on the real XLA CPU device (torch_xla
-2.9, where dynamo's openxla backend exists): both paths compute the same numbers, the learning
+2.9, where steps can be traced into graphs): both paths compute the same numbers, the learning
 rate reaches the compiled step, and neither path compiles anything after the first epoch
 (learning-rate changes, the padded last evaluation batch, mid-epoch checkpoints)."""
 
@@ -20,20 +20,20 @@ from trainer.outputs import OutputPaths  # noqa: E402
 from trainer.steps import Steps, device_zero  # noqa: E402
 
 
-def test_auto_compiles_where_dynamo_has_openxla_and_lazy_is_always_available():
-    assert xla.dynamo_available()
+def test_auto_compiles_where_steps_can_be_traced_and_lazy_is_always_available():
+    assert xla.graph_compiler_available()
     assert xla.step_path("auto") == xla.step_path("compiled") == xla.COMPILED
     assert xla.step_path("lazy") == xla.LAZY
 
 
 def test_asking_for_compiled_steps_without_dynamo_is_refused(monkeypatch):
-    # torch_xla 1.x (the XRT image) has no torch.compile; it cannot be installed here, so
+    # torch_xla 1.x (the XRT image) has no graph bridge; it cannot be installed here, so
     # this one case stands in for it.
-    monkeypatch.setattr(xla, "dynamo_available", lambda: False)
+    monkeypatch.setattr(xla, "graph_compiler_available", lambda: False)
     assert xla.step_path("auto") == xla.LAZY
     with pytest.raises(TrainerError) as raised:
         xla.step_path("compiled")
-    assert "--step_mode=compiled needs torch.compile" in raised.value.message
+    assert "--step_mode=compiled needs torch_xla >= 2.1" in raised.value.message
     assert raised.value.exit_code == 64
 
 
@@ -74,6 +74,32 @@ def test_both_paths_compute_the_same_training_with_a_changing_rate():
     constant_rate = train_a_few_steps(xla.LAZY, warmup_epochs=0.0)[0]
     assert not torch.allclose(lazy_state["fc2.weight"], constant_rate["fc2.weight"],
                               rtol=1e-3, atol=1e-5)
+
+
+def count_hits(path):
+    torch.manual_seed(0)
+    dev = xla.device()
+    model = mnist.MnistNet().to(dev).eval()
+    config = TrainConfig(fake_data=True, num_epochs=1)
+    optimizer, rate = build_optimizer(config, model, 1, dev if path == xla.COMPILED else None)
+    runner = Steps(model, optimizer, rate, F.nll_loss, (1, 3), path)
+    generator = torch.Generator().manual_seed(2)
+    counts = runner.zero_counts()
+    for _ in range(3):
+        x = torch.randn(16, 1, 28, 28, generator=generator).to(dev)
+        labels = torch.randint(0, 10, (16,), generator=generator)
+        labels[-5:] = -1  # a padded batch
+        counts = runner.evaluate(x, labels.to(dev), counts)
+    xla.sync()
+    correct, seen = counts
+    return [int(total.cpu()) for total in correct], int(seen.cpu())
+
+
+def test_both_paths_count_the_same_hits_and_skip_padding():
+    lazy = count_hits(xla.LAZY)
+    assert lazy == count_hits(xla.COMPILED)
+    (top1, top3), seen = lazy
+    assert seen == 3 * 11 and 0 < top1 < top3 < seen
 
 
 def ragged_digits(train=100, test=30):

@@ -32,9 +32,10 @@ class TracedPerShape:
     once for each shape of ``batch`` and mode of ``model`` (training or evaluation; the trace
     records the one it ran in). ``state`` is what never changes shape: parameters, buffers.
 
-    The trace runs on fake tensors: it computes nothing and leaves the state as it is. The
-    compiled graph then reads its inputs, and writes in place to the inputs that ``function``
-    wrote to."""
+    The trace runs on fake tensors: it computes nothing and leaves the state as it is.
+    ``function`` must not write to its inputs: the compiled graph would write them back one
+    copy at a time, a host cost per step that returning new values and rebinding them
+    (``rebind``) does not have."""
 
     def __init__(self, model: torch.nn.Module,
                  function: Callable[..., Tuple[torch.Tensor, ...]]) -> None:
@@ -69,9 +70,8 @@ class ModelTensors:
         self.buffers = [buffer for _, buffer in named_buffers]
 
     def state(self) -> List[torch.Tensor]:
-        """Parameters then buffers. The parameters as detached views: a graph writes new
-        values through them (autograd forbids in-place writes to leaves that require grad)."""
-        return [parameter.detach() for parameter in self.parameters] + self.buffers
+        """Parameters then buffers."""
+        return self.parameters + self.buffers
 
     def call(self, parameters: Tensors, buffers: Tensors, x: torch.Tensor) -> torch.Tensor:
         tensors = dict(zip(self.parameter_names, parameters))
@@ -81,9 +81,9 @@ class ModelTensors:
 
 class OneGraphTrainStep:
     """``step(x, y, loss_total)``: one SGD step of ``model`` on the batch ``(x, y)`` at the
-    optimizer's current rate, updating the parameters, the momentum buffers and the model's
-    own buffers (batch-norm statistics) in place; returns ``loss_total`` plus the batch's
-    loss.
+    optimizer's current rate; the parameters, the momentum buffers and the model's own buffers
+    (batch-norm statistics) then hold the new values. Returns ``loss_total`` plus the
+    batch's loss.
 
     The rate must be a device tensor in the optimizer's group (``optim.LearningRate`` with a
     device), read at every step: a number would be a constant of the traced graph."""
@@ -96,26 +96,42 @@ class OneGraphTrainStep:
             raise ValueError("the one-graph step needs the learning rate as a device tensor "
                              "(optim.build_optimizer with rate_device)")
         self.tensors = ModelTensors(model)
+        # Parameters, buffers and momentum buffers: how many of each, in and out of the graph.
+        self._sizes = (len(self.tensors.parameters), len(self.tensors.buffers),
+                       len(self.tensors.parameters) if self.momentum else 0)
         self._graph = TracedPerShape(model, self._step)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
+        parameters = self.tensors.parameters
         state = self.tensors.state() + self._momentum_buffers()
         batch = (x, y, self.optimizer.param_groups[0]["lr"], loss_total)
-        return self._graph(state, batch)[0]
+        outputs = self._graph(state, batch)
+        new_parameters, new_buffers, new_momentum, (loss_total,) = _split(
+            outputs, *self._sizes)
+        rebind(parameters, new_parameters)
+        rebind(self.tensors.buffers, new_buffers)
+        for parameter, buffer in zip(parameters, new_momentum):
+            self.optimizer.state[parameter]["momentum_buffer"] = buffer
+        return loss_total
 
-    def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor]:
-        """The traced function: eager code on the tensors it is given."""
+    def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """The traced function: eager code on the tensors it is given, which it leaves as
+        they are; returns the new parameters, buffers and momentum buffers, then the loss
+        total."""
         parameters, buffers, momentum_buffers, (x, y, rate, loss_total) = _split(
-            inputs, len(self.tensors.parameters), len(self.tensors.buffers),
-            len(self.tensors.parameters) if self.momentum else 0)
+            inputs, *self._sizes)
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
+        # The forward updates batch-norm statistics in place: on copies, which it returns.
+        buffers = [buffer.clone() for buffer in buffers]
         loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
-            sgd_update(parameters, gradients, momentum_buffers, rate, self.momentum,
-                       self.weight_decay)
-        return (loss_total + loss.detach(),)
+            new_parameters, new_momentum = sgd_step(
+                [parameter.detach() for parameter in parameters], gradients,
+                momentum_buffers, rate, self.momentum, self.weight_decay)
+        return tuple(new_parameters) + tuple(buffers) + tuple(new_momentum) + (
+            loss_total + loss.detach(),)
 
     def _momentum_buffers(self) -> List[torch.Tensor]:
         """The optimizer's momentum buffers, read afresh every step (loading a checkpoint
@@ -162,21 +178,31 @@ def _split(tensors: Tensors, *sizes: int) -> List[Tensors]:
     return parts + [tensors[start:]]
 
 
-def sgd_update(parameters: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor],
-               momentum_buffers: Sequence[torch.Tensor], rate: torch.Tensor,
-               momentum: float, weight_decay: float) -> None:
-    """``torch.optim.SGD``'s update (no dampening, no Nesterov), in place; ``momentum_buffers``
-    is empty when ``momentum`` is 0."""
+def sgd_step(parameters: Tensors, gradients: Tensors, momentum_buffers: Tensors,
+             rate: torch.Tensor, momentum: float, weight_decay: float
+             ) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+    """``torch.optim.SGD``'s update (no dampening, no Nesterov) as new tensors: (parameters,
+    momentum buffers); no momentum buffers in or out when ``momentum`` is 0."""
+    new_parameters, new_momentum = [], []
     for index, (parameter, gradient) in enumerate(zip(parameters, gradients)):
         if weight_decay:
             gradient = gradient.add(parameter, alpha=weight_decay)
         if momentum:
-            gradient = momentum_buffers[index].mul_(momentum).add_(gradient)
-        parameter.sub_(gradient * rate)
+            gradient = momentum_buffers[index] * momentum + gradient
+            new_momentum.append(gradient)
+        new_parameters.append(parameter - gradient * rate)
+    return new_parameters, new_momentum
+
+
+def rebind(tensors: Tensors, values: Tensors) -> None:
+    """Make each tensor hold the matching value (same object, new data): how new parameters
+    reach the model without a device copy each."""
+    for tensor, value in zip(tensors, values):
+        tensor.data = value
 
 
 def sgd_settings(optimizer: torch.optim.Optimizer) -> Tuple[float, float]:
-    """(momentum, weight decay) of an SGD optimizer whose update ``sgd_update`` computes;
+    """(momentum, weight decay) of an SGD optimizer whose update ``sgd_step`` computes;
     ValueError for any other optimizer, so that the graph never trains with another rule than
     the lazy path's."""
     groups = optimizer.param_groups

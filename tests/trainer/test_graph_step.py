@@ -11,7 +11,7 @@ import torch.nn.functional as F
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 from trainer import mnist, xla  # noqa: E402
-from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_update  # noqa: E402
+from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_step  # noqa: E402
 from trainer.steps import device_zero  # noqa: E402
 
 
@@ -29,7 +29,8 @@ def test_the_update_is_torch_sgd_with_a_changing_rate(momentum, weight_decay):
             parameter.grad = gradient.clone()
         optimizer.param_groups[0]["lr"] = rate
         optimizer.step()
-        sgd_update(ours, gradients, buffers, torch.tensor(rate), momentum, weight_decay)
+        ours, buffers = sgd_step(ours, gradients, buffers, torch.tensor(rate), momentum,
+                                 weight_decay)
     for mine, reference in zip(ours, theirs):
         assert torch.allclose(mine, reference.detach(), rtol=1e-6, atol=1e-7)
 

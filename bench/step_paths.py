@@ -6,7 +6,8 @@ Prints, for each figure, the median of ``--runs`` runs per variant, the variants
 
 - host-bound: MNIST, fake data, batch 8, 1,500 training steps (evaluation capped the same):
   wall time of the process, training steps/s, start-up (process start to training: imports,
-  model), the first steps' capture and compilation, and compiled/lazy as ratios;
+  model), the first steps' tracing and compilation, the exit (the last log line to the end of
+  the process), and compiled/lazy as ratios;
 - device-bound: MNIST, fake data, batch 128, one epoch: the same figures;
 - graphs compiled and device executions per epoch of both paths;
 - restart: ResNet-18, 224 px, batch 8, 30 steps, through ``--compile_cache``: wall time and
@@ -32,23 +33,27 @@ PATHS = ("lazy", "compiled")
 
 
 def trainer_run(module: str, args: List[str]) -> Dict[str, float]:
-    """One trainer process: its summary, wall time, and time to the first step's log line."""
+    """One trainer process: its summary, wall time, time to the first step's log line and
+    from the last log line ("done: ...") to the end of the process."""
     job = tempfile.mkdtemp(prefix="bench-steps-")
     env = dict(os.environ, PJRT_DEVICE="CPU")
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", module, "--job_dir=" + job] + args,
                                cwd=str(REPO), env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
-    first_step = None
+    first_step = done = None
     for line in process.stdout:
         if first_step is None and " step 1/" in line:
             first_step = time.perf_counter() - start
+        if " done: " in line:
+            done = time.perf_counter() - start
     if process.wait() != 0:
         raise SystemExit("{} {} failed".format(module, " ".join(args)))
     wall = time.perf_counter() - start
     with open(os.path.join(job, "summary.json")) as handle:
         summary = json.load(handle)
-    return dict(summary, wall=wall, first_step=first_step or float("nan"))
+    return dict(summary, wall=wall, first_step=first_step or float("nan"),
+                exit=wall - done if done is not None else float("nan"))
 
 
 def batch_of(args: List[str]) -> int:
@@ -77,11 +82,12 @@ def compare_paths(title: str, args: List[str], runs: int) -> Dict[str, List[dict
                                   for r in runs_of_path)
         medians[path] = (wall, steps)
         print("  {:9s} wall {:6.2f} s   steady {:7.1f} steps/s   start-up {:5.2f} s   "
-              "compiling the first steps {:5.2f} s".format(
-                  path, wall, steps, statistics.median(r["wall"] - r["wall_time_seconds"]
-                                                       for r in runs_of_path),
+              "compiling the first steps {:5.2f} s   exit {:4.2f} s".format(
+                  path, wall, steps, statistics.median(r["wall"] - r["wall_time_seconds"] -
+                                                       r["exit"] for r in runs_of_path),
                   statistics.median(compile_seconds(r, batch_of(args))
-                                    for r in runs_of_path)))
+                                    for r in runs_of_path),
+                  statistics.median(r["exit"] for r in runs_of_path)))
     print("  compiled / lazy: whole process {:.2f}x as fast, steady steps/s {:.2f}x".format(
         medians["lazy"][0] / medians["compiled"][0], medians["compiled"][1] / medians["lazy"][1]))
     return results

@@ -5,7 +5,7 @@ steady examples/s (after the first steps' compilation), examples/s including com
 graphs compiled for a train + eval run, device executions per epoch, and the pipeline
 efficiency: steady end-to-end examples/s divided by the examples/s of the same compiled step
 fed a batch that is already on the device (this device's limit). The steps take the default
-path (compiled where torch_xla has dynamo); bench/step_paths.py compares the two paths.
+path (compiled where torch_xla >= 2.1 can); bench/step_paths.py compares the two paths.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class TrainConfig:
         if self.step_mode not in STEP_MODES:
             raise TrainerError("--step_mode={!r} is not one of {}".format(
                 self.step_mode, ", ".join(STEP_MODES)),
-                "auto compiles the steps with dynamo where torch_xla has it, else lazy")
+                "auto compiles the steps where torch_xla >= 2.1 can, else runs them lazily")
         if not self.fake_data and not self.data_dir:
             raise TrainerError("no input data: --data_dir is not set",
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
@@ -112,8 +112,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "model": "torchvision model name",
         "image_size": "training image size in pixels",
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
-        "step_mode": "how steps run: auto (compiled by dynamo where torch_xla >= 2.1 has it, "
-                     "else lazy), compiled, or lazy (traced every step)",
+        "step_mode": "how steps run: auto (compiled where torch_xla >= 2.1 can, else lazy), "
+                     "compiled (each step one traced graph), or lazy (traced every step)",
         "compile_cache": "folder or gs:// URI of the persistent compilation cache, shared by "
                          "trials; default: compile-cache/ in the job dir; none: off",
     }

@@ -127,9 +127,8 @@ class OneGraphTrainStep:
         loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
-            new_parameters, new_momentum = sgd_step(
-                [parameter.detach() for parameter in parameters], gradients,
-                momentum_buffers, rate, self.momentum, self.weight_decay)
+            new_parameters, new_momentum = sgd_step(parameters, gradients, momentum_buffers,
+                                                    rate, self.momentum, self.weight_decay)
         return tuple(new_parameters) + tuple(buffers) + tuple(new_momentum) + (
             loss_total + loss.detach(),)
 

@@ -1,7 +1,7 @@
 """The epoch loops (training and evaluation), following torch_xla's performance rules:
 
-- batches arrive through ``xla.device_loader`` (on the lazy path host-to-device copies overlap
-  compute, and the loader cuts the graph once per step: one sync per step);
+- batches arrive through ``xla.device_loader`` (host-to-device copies overlap compute; on the
+  lazy path the loader also cuts the graph once per step: one sync per step);
 - nothing reads a device value inside the loop: logging goes through step closures, and
   running sums stay on the device;
 - every step traces the same graph: fixed batch shapes, accumulators created as device data
@@ -103,8 +103,9 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
         if hooks.on_log is not None and hooks.log_steps and (
                 state.global_step % hooks.log_steps == 0):
             xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
-            if steps.path == xla.COMPILED:
-                xla.sync()  # no loader sync on this path: run the closure now
+            # Run the step, and the closure after it, now: where the loader's sync would cut
+            # the same graph anyway (lazy path), or would never come (compiled path).
+            xla.sync()
         if hooks.on_step is not None:
             hooks.on_step(state)
         if hooks.should_stop():

@@ -4,16 +4,16 @@ per step, then cosine decay to the end of the run.
 The rate is a pure function of the global step, set before every step (``LearningRate.set``).
 A resumed run sets the step it resumes at, so checkpoints carry no scheduler state.
 
-On the compiled path the rate is a device tensor that the compiled step reads, refilled by a
-host-to-device copy: a Python float would be a constant inside the captured graph, and dynamo
-would recompile for every new value. On the lazy path it is a Python float, as torch_xla 1.x's
-optimizers expect; torch_xla uploads it as data, so the traced graph stays the same.
+On the compiled path the rate is a device tensor, an input of the compiled step's graph: a
+Python float would be a constant inside the traced graph. On the lazy path it is a Python
+float, as torch_xla 1.x's optimizers expect; torch_xla uploads it as data, so the traced graph
+stays the same.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -28,12 +28,7 @@ class LearningRate:
         self.optimizer = optimizer
         self.peak, self.warmup_steps = peak, warmup_steps
         self.total_steps = max(1, total_steps)
-        # One tensor per parameter group for the whole run: the compiled step is guarded on
-        # these objects, and copying into them changes the value without a recompile.
-        self._tensors: List[torch.Tensor] = []
-        if device is not None:
-            self._tensors = [torch.tensor(peak, dtype=torch.float32).to(device)
-                             for _ in optimizer.param_groups]
+        self.device = device  # where the rate lives as a tensor; None: a float
 
     def factor(self, step: int) -> float:
         """The multiplier of the peak rate at (0-based) ``step``; never exactly 0, so the lazy
@@ -47,13 +42,10 @@ class LearningRate:
         """Use the rate of ``step`` from now on (also after ``optimizer.load_state_dict``,
         which replaces the groups' rates with the checkpoint's)."""
         value = self.peak * self.factor(step)
-        for index, group in enumerate(self.optimizer.param_groups):
-            if self._tensors:
-                tensor = self._tensors[index]
-                tensor.copy_(torch.tensor(value, dtype=torch.float32))
-                group["lr"] = tensor
-            else:
-                group["lr"] = value
+        rate = value if self.device is None else torch.tensor(
+            value, dtype=torch.float32).to(self.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
 
     def plain_state(self, state: dict) -> dict:
         """``optimizer.state_dict()`` with plain float rates, so that a checkpoint loads on

@@ -1,8 +1,8 @@
 """The two step functions of a run, training and evaluation, on the path ``xla.step_path``
 chose: called once per batch on either path. On the compiled path each is traced once into
 one graph (``graph_step``; for training: forward, backward and update), and after that each
-call just runs that graph. On the lazy path every call is
-traced again and the device loader's sync cuts and runs the graph.
+call just runs that graph. On the lazy path every call is traced again and the device
+loader's sync cuts and runs the graph.
 
 Both keep everything on the device: the running loss total and the evaluation counts are
 tensors passed in and returned, so no step reads a value back to the host.

@@ -51,8 +51,8 @@ def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY) -> Ite
     """``batches`` on ``dev``, copied in the background by torch_xla's loader (host-to-device
     copies overlap compute). Lazy path: the loader also cuts the graph (one ``mark_step``)
     after every batch. Compiled path: nothing is cut, since the compiled steps leave no pending
-    graph and a per-step sync cost 15 % of the steps/s at batch 8; callers ``sync()`` where step
-    closures must run."""
+    graph and a sync would only add host work per step; callers ``sync()`` where step closures
+    must run."""
     if path == COMPILED:
         return MpDeviceLoader(batches, dev, batches_per_execution=_NEVER)
     return MpDeviceLoader(batches, dev)
@@ -111,7 +111,7 @@ def compile_traced(graph: torch.nn.Module, inputs: Sequence[torch.Tensor]
                    ) -> Callable[..., Sequence[torch.Tensor]]:
     """``graph`` (a ``make_fx`` trace over flat tensors: aten ops only, backward included)
     compiled by torch_xla for ``inputs``: a function of tensors like them that runs it as one
-    device execution and writes back the inputs the graph wrote to. This is torch_xla's
+    device execution and returns its outputs. This is torch_xla's
     dynamo bridge, the one torch's ``openxla`` backends call, given the graph directly:
     dynamo would only trace it a second time."""
     from torch_xla._dynamo import dynamo_bridge

@@ -12,6 +12,7 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 from trainer import mnist, xla  # noqa: E402
 from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_step  # noqa: E402
+from trainer.optim import LearningRate  # noqa: E402
 from trainer.steps import device_zero  # noqa: E402
 
 
@@ -76,17 +77,21 @@ def test_a_training_step_is_one_device_execution_and_compiles_once():
     dev = xla.device()
     torch.manual_seed(0)
     model = mnist.MnistNet().to(dev)
-    optimizer = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1).to(dev),
-                                momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    # The run's own rate: a new device tensor every step (warmup over all 8 steps).
+    rate = LearningRate(optimizer, 0.1, warmup_steps=8, total_steps=8, device=dev)
+    rate.set(0)
     step = OneGraphTrainStep(model, optimizer, F.nll_loss)
     total = device_zero(dev)
     data = [(x.to(dev), y.to(dev)) for x, y in batches(8)]
     xla.sync()
-    for x, y in data[:2]:
+    for index, (x, y) in enumerate(data[:2]):
+        rate.set(index)
         total = step(x, y, total)
     xla.wait()
     compiles, executions = xla.compile_count(), xla.execute_count()
-    for x, y in data[2:]:
+    for index, (x, y) in enumerate(data[2:], start=2):
+        rate.set(index)
         total = step(x, y, total)
     xla.wait()
     assert xla.execute_count() - executions == len(data) - 2

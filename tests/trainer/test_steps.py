@@ -26,7 +26,7 @@ def test_auto_compiles_where_steps_can_be_traced_and_lazy_is_always_available():
     assert xla.step_path("lazy") == xla.LAZY
 
 
-def test_asking_for_compiled_steps_without_dynamo_is_refused(monkeypatch):
+def test_asking_for_compiled_steps_without_a_graph_compiler_is_refused(monkeypatch):
     # torch_xla 1.x (the XRT image) has no graph bridge; it cannot be installed here, so
     # this one case stands in for it.
     monkeypatch.setattr(xla, "graph_compiler_available", lambda: False)

@@ -35,23 +35,23 @@ PATHS = ("lazy", "compiled")
 def trainer_run(module: str, args: List[str]) -> Dict[str, float]:
     """One trainer process: its summary, wall time, time to the first step's log line and
     from the last log line ("done: ...") to the end of the process."""
-    job = tempfile.mkdtemp(prefix="bench-steps-")
     env = dict(os.environ, PJRT_DEVICE="CPU")
-    start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", module, "--job_dir=" + job] + args,
-                               cwd=str(REPO), env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-    first_step = done = None
-    for line in process.stdout:
-        if first_step is None and " step 1/" in line:
-            first_step = time.perf_counter() - start
-        if " done: " in line:
-            done = time.perf_counter() - start
-    if process.wait() != 0:
-        raise SystemExit("{} {} failed".format(module, " ".join(args)))
-    wall = time.perf_counter() - start
-    with open(os.path.join(job, "summary.json")) as handle:
-        summary = json.load(handle)
+    with tempfile.TemporaryDirectory(prefix="bench-steps-") as job:
+        start = time.perf_counter()
+        process = subprocess.Popen([sys.executable, "-m", module, "--job_dir=" + job] + args,
+                                   cwd=str(REPO), env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True)
+        first_step = done = None
+        for line in process.stdout:
+            if first_step is None and " step 1/" in line:
+                first_step = time.perf_counter() - start
+            if " done: " in line:
+                done = time.perf_counter() - start
+        if process.wait() != 0:
+            raise SystemExit("{} {} failed".format(module, " ".join(args)))
+        wall = time.perf_counter() - start
+        with open(os.path.join(job, "summary.json")) as handle:
+            summary = json.load(handle)
     return dict(summary, wall=wall, first_step=first_step or float("nan"),
                 exit=wall - done if done is not None else float("nan"))
 
@@ -107,9 +107,9 @@ def restart(runs: int) -> None:
             "--warmup_epochs=0"]
     cold, warm = [], []
     for _ in range(runs):
-        cache = tempfile.mkdtemp(prefix="bench-cache-")
-        cold.append(trainer_run("trainer.imagenet", args + ["--compile_cache=" + cache]))
-        warm.append(trainer_run("trainer.imagenet", args + ["--compile_cache=" + cache]))
+        with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache:
+            cold.append(trainer_run("trainer.imagenet", args + ["--compile_cache=" + cache]))
+            warm.append(trainer_run("trainer.imagenet", args + ["--compile_cache=" + cache]))
     print("Restart: ResNet-18, 224 px, batch 8, 30 steps, --compile_cache")
     figures = {}
     for name, results in (("cold", cold), ("warm", warm)):

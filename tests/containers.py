@@ -74,13 +74,23 @@ def build_images(env: Mapping[str, str]) -> Dict[str, str]:
     """Both profiles built with ``make standin-base`` and ``make build`` (the shipped
     Dockerfile, unchanged): runtime -> image name."""
     for runtime in RUNTIMES:
+        previous = image_id(IMAGE.format(runtime))
         for step in build_steps(runtime):
             result = make(*step, env=env)
             if result.returncode != 0:
                 pytest.fail("make {} failed: {}".format(" ".join(step),
                                                         result.stderr.strip()[-3000:]),
                             pytrace=False)
+        # A rebuild leaves the last run's image untagged; without this every run keeps
+        # gigabytes of them on the engine's disk.
+        if previous and previous != image_id(IMAGE.format(runtime)):
+            docker("rmi", previous, check=False)
     return {runtime: IMAGE.format(runtime) for runtime in RUNTIMES}
+
+
+def image_id(name: str) -> str:
+    """The image's id, or "" when the engine has no image by that name."""
+    return docker("image", "inspect", "--format", "{{.Id}}", name, check=False).stdout.strip()
 
 
 def image_size(name: str) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from typing import Any, Dict, Optional
 
@@ -44,6 +45,7 @@ class CompileCache:
         self.entries_at_start = 0
         self.saved = 0
         self._local: Optional[str] = None
+        self._scratch: Optional[str] = None  # the local copy of a remote cache
         self._warned = False
 
     @classmethod
@@ -69,8 +71,11 @@ class CompileCache:
         directory = self.directory
         try:
             # A remote cache's local copy is per process; a local cache is used in place.
-            self._local = directory.staging_path(self.namespace, os.path.join(
-                tempfile.gettempdir(), "trainer-compile-cache-{}".format(os.getpid())))
+            scratch = os.path.join(tempfile.gettempdir(),
+                                   "trainer-compile-cache-{}".format(os.getpid()))
+            self._local = directory.staging_path(self.namespace, scratch)
+            if self._local.startswith(scratch + os.sep):
+                self._scratch = scratch
             os.makedirs(self._local, exist_ok=True)
             self.entries_at_start = directory.sync_down(self.namespace, self._local)
         except (StorageError, OSError) as error:
@@ -100,6 +105,20 @@ class CompileCache:
             self.saved += self.directory.sync_up(self._local, self.namespace)
         except (StorageError, OSError) as error:
             self._give_up("cannot be written", error)
+
+    def release(self) -> None:
+        """Delete the local copy of a remote cache (call ``save`` first to keep its new
+        entries). torch_xla may go on compiling in this process: it skips writing entries to
+        a folder that is gone."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self) -> "CompileCache":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
 
     def report(self) -> Optional[Dict[str, Any]]:
         """The cache's figures for summary.json (None when it was off)."""

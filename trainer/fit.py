@@ -9,6 +9,7 @@ The parts live in their own modules: the step functions and their path (``steps`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -44,43 +45,45 @@ class TrainSpec:
 
 
 def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, Any]:
-    """Train ``spec`` as ``config`` says; returns the summary (also written to the job dir)."""
+    """Train ``spec`` as ``config`` says; returns the summary (also written to the job dir).
+    The run's local working folders are deleted when it ends, however it ends."""
     started = time.time()
-    cache = CompileCache.for_run(config.compile_cache, paths)  # before anything compiles
-    counts = GraphCounts()
-    dev = xla.device()
-    path = xla.step_path(config.step_mode)
-    model = spec.model.to(dev)
-    steps_per_epoch = min(spec.data.steps_per_epoch, config.num_steps or
-                          spec.data.steps_per_epoch)
-    optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
-                                               dev if path == xla.COMPILED else None)
-    steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
-    checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps)
-    state = LoopState()
-    restored_total = checkpoints.resume(state)
-    outputs = RunOutputs(paths, resume_step=state.global_step,
-                         hypertune_tag=config.hypertune_metric)
-    log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs, batch %d", spec.name, dev,
-             xla.device_kind(dev), path, steps_per_epoch, config.num_epochs,
-             spec.data.batch_size)
-    run = _Run(config, spec.data, steps, state, checkpoints, outputs, counts, cache,
-               steps_per_epoch)
-    progress = _ProgressLog(state, spec.data.batch_size, steps_per_epoch, config.num_epochs,
-                            outputs, initial_total=restored_total)
-    # The entry modules catch SIGTERM from start-up on; this also covers in-process callers
-    # and gives the previous handler back afterwards.
-    with stop_signal.caught():
-        try:
-            accuracy = run.all_epochs(progress)
-        finally:
-            outputs.flush()
-            cache.save()
-    outputs.save_model(to_cpu(model.state_dict()))
-    summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
-                        spec.data.batch_size, accuracy, counts, started, cache.report())
-    outputs.write_summary(summary)
-    outputs.close()
+    with contextlib.ExitStack() as scratch:
+        # Before anything compiles.
+        cache = scratch.enter_context(CompileCache.for_run(config.compile_cache, paths))
+        counts = GraphCounts()
+        dev = xla.device()
+        path = xla.step_path(config.step_mode)
+        model = spec.model.to(dev)
+        steps_per_epoch = min(spec.data.steps_per_epoch, config.num_steps or
+                              spec.data.steps_per_epoch)
+        optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
+                                                   dev if path == xla.COMPILED else None)
+        steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
+        checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps)
+        state = LoopState()
+        restored_total = checkpoints.resume(state)
+        outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
+                                                   hypertune_tag=config.hypertune_metric))
+        log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs, batch %d", spec.name,
+                 dev, xla.device_kind(dev), path, steps_per_epoch, config.num_epochs,
+                 spec.data.batch_size)
+        run = _Run(config, spec.data, steps, state, checkpoints, outputs, counts, cache,
+                   steps_per_epoch)
+        progress = _ProgressLog(state, spec.data.batch_size, steps_per_epoch,
+                                config.num_epochs, outputs, initial_total=restored_total)
+        # The entry modules catch SIGTERM from start-up on; this also covers in-process
+        # callers and gives the previous handler back afterwards.
+        with stop_signal.caught():
+            try:
+                accuracy = run.all_epochs(progress)
+            finally:
+                outputs.flush()
+                cache.save()
+        outputs.save_model(to_cpu(model.state_dict()))
+        summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
+                            spec.data.batch_size, accuracy, counts, started, cache.report())
+        outputs.write_summary(summary)
     return summary
 
 

@@ -61,10 +61,18 @@ class RunOutputs:
         self.paths = paths
         self.hypertune_tag = hypertune_tag
         self._work = tempfile.mkdtemp(prefix="trainer-outputs-")
+        self._writer = None
+        try:
+            self._start(paths, resume_step)
+        except BaseException:
+            self.release()
+            raise
+        self._hypertune = None
+
+    def _start(self, paths: OutputPaths, resume_step: int) -> None:
         self.model_dir = open_dir(paths.model_dir) if paths.model_dir else None
         self._metrics_path = self._start_metrics(resume_step)
         self._tensorboard_dir = open_dir(paths.tensorboard_dir) if paths.tensorboard_dir else None
-        self._writer = None
         if self._tensorboard_dir is not None:
             from tensorboardX import SummaryWriter
 
@@ -77,7 +85,6 @@ class RunOutputs:
                 raise StorageError("cannot write TensorBoard files to {}: {}".format(
                     local, error.strerror), "check the job dir: tensorboard/ must be a folder")
             self._tensorboard_local = local
-        self._hypertune = None
 
     def _start_metrics(self, resume_step: int) -> Optional[str]:
         if self.model_dir is None:
@@ -141,11 +148,19 @@ class RunOutputs:
             self.model_dir.write_bytes(SUMMARY, (json.dumps(summary, indent=2, sort_keys=True)
                                                  + "\n").encode())
 
-    def close(self) -> None:
-        self.flush()
+    def release(self) -> None:
+        """Close the event writer and delete the local working folder, without flushing
+        (what a failed run does after its last flush). Safe to call twice."""
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
         shutil.rmtree(self._work, ignore_errors=True)
+
+    def __enter__(self) -> "RunOutputs":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
 
 
 def _append(path: str, text: str) -> None:

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from conftest import clean_environ
-from containers import STANDIN, docker, make, run_container
+from containers import STANDIN, docker, image_id, make, run_container
 
 LIST_FILES = ("import os\n"
               "for root, dirs, files in os.walk('/'):\n"
@@ -117,9 +117,9 @@ def test_make_push_to_a_real_registry_and_pull_back(images, registry):
         "http://{}/v2/tpu-xla/pytorch-xla-trainer/manifests/xrt".format(registry),
         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
     assert urllib.request.urlopen(request).headers["Docker-Content-Digest"] == digest
-    built_id = docker("image", "inspect", "--format", "{{.Id}}", images["xrt"]).stdout
+    built_id = image_id(images["xrt"])
     docker("rmi", uri)
     pulled = docker("pull", uri, timeout=1200)
     assert "Digest: {}".format(digest) in pulled.stdout
-    assert docker("image", "inspect", "--format", "{{.Id}}", uri).stdout == built_id
+    assert image_id(uri) == built_id
     docker("rmi", uri)

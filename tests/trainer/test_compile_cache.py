@@ -20,12 +20,16 @@ RUNTIME = "torch_xla-{}-CPU".format(torch_xla.__version__.split("+")[0])
 SHORT = ["--fake_data", "--num_steps=4", "--log_steps=0", "--batch_size=20"]
 
 
-def run_trainer(*args):
+def run_trainer(*args, scratch=None):
+    """A trainer process; with ``scratch``, its TMPDIR, where it must leave none of its own
+    folders (``trainer-*``; torch keeps caches of its own there)."""
+    environ = clean_environ(PJRT_DEVICE="CPU", **({"TMPDIR": str(scratch)} if scratch else {}))
     result = subprocess.run([sys.executable, "-m", "trainer.mnist"] + SHORT + list(args),
-                            cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            timeout=300)
+                            cwd=str(REPO), env=environ, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+    if scratch is not None:
+        assert not list(scratch.glob("trainer-*")), "the run left its local copy of the cache"
     return result
 
 
@@ -61,8 +65,10 @@ def test_a_corrupt_entry_is_a_warning_and_is_replaced(tmp_path):
 
 def test_gcs_cache_is_synced_down_at_start_and_up_after_the_first_epoch(gcs, tmp_path):
     location = "gs://{}/shared-cache".format(gcs.name)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     run_trainer("--num_epochs=1", "--compile_cache=" + location,
-                "--job_dir=" + str(tmp_path / "trial-1"))
+                "--job_dir=" + str(tmp_path / "trial-1"), scratch=scratch)
     names = sorted(blob.name for blob in gcs.list_blobs(prefix="shared-cache/"))
     assert names and all(name.startswith("shared-cache/{}/".format(RUNTIME)) for name in names)
     assert summary_of(tmp_path / "trial-1")["compile_cache"]["saved"] == len(names)

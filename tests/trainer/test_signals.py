@@ -79,9 +79,11 @@ def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(faulty_gcs, tmp_path, ph
         args.append("--fake_data")
     if rule is not None:
         rule = proxy.add(rule())
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     process, pid1 = start_as_pid_1(RUN + args + ["--job_dir=" + job], {
         "STORAGE_EMULATOR_HOST": proxy.url, "TRAINER_GCS_RETRY_DEADLINE": "30",
-        "HOME": str(tmp_path)})
+        "HOME": str(tmp_path), "TMPDIR": str(scratch)})
     try:
         if rule is not None:
             assert rule.hit.wait(120), "the {} request never came".format(phase)
@@ -96,6 +98,7 @@ def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(faulty_gcs, tmp_path, ph
     error, hint = err.strip().splitlines()[-2:]
     assert error.startswith("Preempted: stopped by SIGTERM ") and hint.startswith("HINT: ")
     assert "Traceback" not in err
+    assert not list(scratch.glob("trainer-*")), "a stopped run left its local working folders"
     written = re.search(r"at step (\d+); checkpoint (\S+)", error)
     if written:  # training had begun: that checkpoint is whole and is the newest
         step, uri = int(written.group(1)), written.group(2)

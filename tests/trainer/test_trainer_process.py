@@ -111,7 +111,8 @@ def test_kill_9_anywhere_then_resume_continues_the_step_count(tmp_path):
             "--log_steps=1", "--batch_size=32", "--job_dir=" + str(job)]
     caught_mid_write = False
     for kill_after in ("step 9/", "step 31/"):
-        process = trainer("trainer.mnist", *args)
+        # A killed process cannot delete its local working folder: keep it out of /tmp.
+        process = trainer("trainer.mnist", *args, environ={"TMPDIR": str(tmp_path)})
         try:
             wait_for_line(process, kill_after)
             # Kill during a checkpoint write when we can see one in flight, else right now.

@@ -37,8 +37,7 @@ def device_limit(model: torch.nn.Module, loss_fn, config: TrainConfig, shape, cl
     dev = xla.device()
     model = model.to(dev)
     path = xla.step_path(config.step_mode)
-    optimizer, rate = build_optimizer(config, model, steps,
-                                      dev if path == xla.COMPILED else None)
+    optimizer, rate = build_optimizer(config, model, steps)
     runner = Steps(model, optimizer, rate, loss_fn, (1,), path)
     x = torch.randn((config.batch_size,) + shape).to(dev)
     y = torch.randint(0, classes, (config.batch_size,)).to(dev)

@@ -57,8 +57,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         model = spec.model.to(dev)
         steps_per_epoch = min(spec.data.steps_per_epoch, config.num_steps or
                               spec.data.steps_per_epoch)
-        optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
-                                                   dev if path == xla.COMPILED else None)
+        optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps)
         state = LoopState()

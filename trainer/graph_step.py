@@ -17,7 +17,7 @@ paths and a resumed run reads the restored buffers.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -80,35 +80,39 @@ class ModelTensors:
 
 
 class OneGraphTrainStep:
-    """``step(x, y, loss_total)``: one SGD step of ``model`` on the batch ``(x, y)`` at the
-    optimizer's current rate; the parameters, the momentum buffers and the model's own buffers
-    (batch-norm statistics) then hold the new values. Returns ``loss_total`` plus the
+    """``step(number, x, y, loss_total)``: SGD step ``number`` (0-based, over the run) of
+    ``model`` on the batch ``(x, y)``; the parameters, the momentum buffers and the model's own
+    buffers (batch-norm statistics) then hold the new values. Returns ``loss_total`` plus the
     batch's loss.
 
-    The rate must be a device tensor in the optimizer's group (``optim.LearningRate`` with a
-    device), read at every step: a number would be a constant of the traced graph."""
+    The rate is ``rate_at(number)`` (``optim.LearningRate.rate_at``), computed inside the graph
+    from a step counter that the graph also advances, so consecutive steps upload nothing but
+    their batch; the counter is uploaded only when ``number`` is not the one after the last
+    (the first step, a resumed run). The optimizer's own rate is not read."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.SGD,
-                 loss_fn: LossFunction) -> None:
-        self.optimizer, self.loss_fn = optimizer, loss_fn
+                 loss_fn: LossFunction, rate_at: Callable[[torch.Tensor], torch.Tensor]
+                 ) -> None:
+        self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
         self.momentum, self.weight_decay = sgd_settings(optimizer)
-        if not isinstance(optimizer.param_groups[0]["lr"], torch.Tensor):
-            raise ValueError("the one-graph step needs the learning rate as a device tensor "
-                             "(optim.build_optimizer with rate_device)")
         self.tensors = ModelTensors(model)
         # Parameters, buffers and momentum buffers: how many of each, in and out of the graph.
         self._sizes = (len(self.tensors.parameters), len(self.tensors.buffers),
                        len(self.tensors.parameters) if self.momentum else 0)
         self._graph = TracedPerShape(model, self._step)
+        self._counter: Optional[torch.Tensor] = None  # on the device: the next step's number
+        self._next_number: Optional[int] = None
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor,
+    def __call__(self, number: int, x: torch.Tensor, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
+        if number != self._next_number:
+            self._counter = torch.tensor(number, dtype=torch.int32).to(x.device)
         parameters = self.tensors.parameters
         state = self.tensors.state() + self._momentum_buffers()
-        batch = (x, y, self.optimizer.param_groups[0]["lr"], loss_total)
-        outputs = self._graph(state, batch)
-        new_parameters, new_buffers, new_momentum, (loss_total,) = _split(
+        outputs = self._graph(state, (x, y, self._counter, loss_total))
+        new_parameters, new_buffers, new_momentum, (loss_total, self._counter) = _split(
             outputs, *self._sizes)
+        self._next_number = number + 1
         rebind(parameters, new_parameters)
         rebind(self.tensors.buffers, new_buffers)
         for parameter, buffer in zip(parameters, new_momentum):
@@ -118,8 +122,8 @@ class OneGraphTrainStep:
     def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The traced function: eager code on the tensors it is given, which it leaves as
         they are; returns the new parameters, buffers and momentum buffers, then the loss
-        total."""
-        parameters, buffers, momentum_buffers, (x, y, rate, loss_total) = _split(
+        total and the next step's counter."""
+        parameters, buffers, momentum_buffers, (x, y, counter, loss_total) = _split(
             inputs, *self._sizes)
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
         # The forward updates batch-norm statistics in place: on copies, which it returns.
@@ -127,10 +131,11 @@ class OneGraphTrainStep:
         loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
+            rate = self.rate_at(counter.to(torch.float32))
             new_parameters, new_momentum = sgd_step(parameters, gradients, momentum_buffers,
                                                     rate, self.momentum, self.weight_decay)
         return tuple(new_parameters) + tuple(buffers) + tuple(new_momentum) + (
-            loss_total + loss.detach(),)
+            loss_total + loss.detach(), counter + 1)
 
     def _momentum_buffers(self) -> List[torch.Tensor]:
         """The optimizer's momentum buffers, read afresh every step (loading a checkpoint

@@ -1,19 +1,19 @@
 """The optimizer (SGD with momentum and weight decay) and its learning rate: a linear warmup
 per step, then cosine decay to the end of the run.
 
-The rate is a pure function of the global step, set before every step (``LearningRate.set``).
-A resumed run sets the step it resumes at, so checkpoints carry no scheduler state.
-
-On the compiled path the rate is a device tensor, an input of the compiled step's graph: a
-Python float would be a constant inside the traced graph. On the lazy path it is a Python
-float, as torch_xla 1.x's optimizers expect; torch_xla uploads it as data, so the traced graph
-stays the same.
+The rate is a pure function of the global step (``LearningRate.rate_at``), written with torch
+ops so that one definition serves both paths. The lazy path evaluates it on the host before
+every step and sets the optimizer's rate to that number (``LearningRate.set``, as torch_xla
+1.x's optimizers expect); the compiled step traces it into its graph, which computes the rate
+from a step counter it keeps on the device, so no step uploads or computes a rate on the
+host. Checkpoints record the rate of the step they resume at, and a resumed run sets it again,
+so they carry no scheduler state.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 
@@ -21,47 +21,39 @@ from trainer.config import TrainConfig
 
 
 class LearningRate:
-    """Sets ``optimizer``'s rate for a step: ``peak`` times the warmup/cosine factor."""
+    """The rate schedule of one run: ``peak`` times the warmup/cosine factor of a step."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, peak: float, warmup_steps: int,
-                 total_steps: int, device: Optional[torch.device] = None) -> None:
+                 total_steps: int) -> None:
         self.optimizer = optimizer
         self.peak, self.warmup_steps = peak, warmup_steps
         self.total_steps = max(1, total_steps)
-        self.device = device  # where the rate lives as a tensor; None: a float
 
-    def factor(self, step: int) -> float:
-        """The multiplier of the peak rate at (0-based) ``step``; never exactly 0, so the lazy
-        path never traces the special-scalar variant of the update."""
-        if step < self.warmup_steps:
-            return (step + 1) / (self.warmup_steps + 1)
-        progress = (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps)
-        return max(1e-8, 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
+    def rate_at(self, step: torch.Tensor) -> torch.Tensor:
+        """The rate at (0-based) ``step``, a floating-point tensor of any shape, in its dtype.
+        The factor is never exactly 0, so the lazy path never traces the special-scalar
+        variant of the update."""
+        warmup = float(self.warmup_steps)
+        rising = (step + 1.0) / (warmup + 1.0)
+        progress = ((step - warmup) / max(1, self.total_steps - self.warmup_steps)).clamp(
+            0.0, 1.0)
+        falling = (0.5 * (1.0 + torch.cos(math.pi * progress))).clamp(min=1e-8)
+        return self.peak * torch.where(step < warmup, rising, falling)
 
     def set(self, step: int) -> None:
-        """Use the rate of ``step`` from now on (also after ``optimizer.load_state_dict``,
+        """Give ``optimizer`` the rate of ``step`` (also after ``optimizer.load_state_dict``,
         which replaces the groups' rates with the checkpoint's)."""
-        value = self.peak * self.factor(step)
-        rate = value if self.device is None else torch.tensor(
-            value, dtype=torch.float32).to(self.device)
+        value = float(self.rate_at(torch.tensor(float(step), dtype=torch.float64)))
         for group in self.optimizer.param_groups:
-            group["lr"] = rate
-
-    def plain_state(self, state: dict) -> dict:
-        """``optimizer.state_dict()`` with plain float rates, so that a checkpoint loads on
-        either path and on torch_xla 1.x."""
-        groups = [dict(group, lr=float(group["lr"])) for group in state["param_groups"]]
-        return dict(state, param_groups=groups)
+            group["lr"] = value
 
 
-def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch: int,
-                    rate_device: Optional[torch.device] = None
+def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch: int
                     ) -> Tuple[torch.optim.Optimizer, LearningRate]:
-    """SGD over ``model``'s parameters and the rate schedule of ``config``; ``rate_device``:
-    keep the rate as a tensor on that device (the compiled path)."""
+    """SGD over ``model``'s parameters and the rate schedule of ``config``."""
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
                                 weight_decay=config.weight_decay)
     rate = LearningRate(optimizer, config.lr, int(config.warmup_epochs * steps_per_epoch),
-                        config.num_epochs * steps_per_epoch, rate_device)
+                        config.num_epochs * steps_per_epoch)
     rate.set(0)
     return optimizer, rate

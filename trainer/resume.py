@@ -47,8 +47,7 @@ class RunCheckpoints:
                 self.store.uri(step), problem),
                 "use a new --job_dir for this model, or move the old checkpoints away")
         self.steps.model.load_state_dict(saved["model"])
-        # Moves the optimizer state to the parameters' device; the rate is set again below,
-        # in the form this run's path uses.
+        # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])
         state.epoch, state.step_in_epoch = saved["epoch"], saved["step_in_epoch"]
         state.global_step = saved["step"]
@@ -67,9 +66,10 @@ class RunCheckpoints:
             return None
         xla.sync()  # cut the step graph as the loader would, so the reads below compile nothing
         steps = self.steps
+        steps.learning_rate.set(state.global_step)  # the compiled path computes it in its graph
         path = self.store.save(state.global_step, {
             "model": to_cpu(steps.model.state_dict()),
-            "optimizer": steps.learning_rate.plain_state(to_cpu(steps.optimizer.state_dict())),
+            "optimizer": to_cpu(steps.optimizer.state_dict()),
             "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
             "step": state.global_step, "loss_total": _total(state),
             "torch_rng": torch.get_rng_state()})

@@ -32,7 +32,7 @@ class Steps:
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.device = next(model.parameters()).device
         if path == xla.COMPILED:
-            self._train = OneGraphTrainStep(model, optimizer, loss_fn)
+            self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at)
             self._count_batch = OneGraphEvalStep(model, self._count)
         else:
             self._train = self._lazy_train_step
@@ -42,8 +42,7 @@ class Steps:
               loss_total: torch.Tensor) -> torch.Tensor:
         """Optimisation step number ``step`` (0-based, over the run); returns the new running
         loss total."""
-        self.learning_rate.set(step)
-        return self._train(x, y, loss_total)
+        return self._train(step, x, y, loss_total)
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
         """Add the batch's top-k hits and its real (not padding) examples to ``counts``."""
@@ -51,8 +50,9 @@ class Steps:
         totals = self._count_batch(x, y, list(correct) + [seen])
         return list(totals[:-1]), totals[-1]
 
-    def _lazy_train_step(self, x: torch.Tensor, y: torch.Tensor,
+    def _lazy_train_step(self, step: int, x: torch.Tensor, y: torch.Tensor,
                          loss_total: torch.Tensor) -> torch.Tensor:
+        self.learning_rate.set(step)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model(x), y)
         loss.backward()

@@ -38,8 +38,9 @@ def assert_usable(config):
         total = config.num_epochs * steps_per_epoch
         warmup = int(config.warmup_epochs * steps_per_epoch)
         for step in {0, max(0, warmup - 1), warmup, total - 1}:
-            factor = scheduler.factor(step)
-            assert 0.0 <= factor <= 1.0 and math.isfinite(factor * config.lr)
+            scheduler.set(step)
+            rate = scheduler.optimizer.param_groups[0]["lr"]
+            assert math.isfinite(rate) and abs(rate) <= abs(config.lr) and rate * config.lr >= 0
     torch.manual_seed(config.seed)
     epoch_order(3, config.seed, config.num_epochs)
 

@@ -1,5 +1,6 @@
 """trainer.graph_step: its update is torch.optim.SGD's, it runs a training step as one device
-execution, and it continues from a restored optimizer state (the lazy path's checkpoint)."""
+execution that uploads nothing but its batch, and it continues from a restored optimizer
+state (the lazy path's checkpoint) at the rates the lazy path uses."""
 
 import copy
 import os
@@ -9,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+
+import torch_xla.debug.metrics as met  # noqa: E402
 
 from trainer import mnist, xla  # noqa: E402
 from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_step  # noqa: E402
@@ -56,86 +59,92 @@ def batches(count, seed=1, size=16):
              torch.randint(0, 10, (size,), generator=generator)) for _ in range(count)]
 
 
-def test_a_rate_that_is_a_number_is_refused():
-    # It would be a constant of the traced graph: every later rate would be ignored.
-    model = torch.nn.Linear(2, 2)
-    with pytest.raises(ValueError, match="learning rate as a device tensor"):
-        OneGraphTrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), F.mse_loss)
+def schedule(optimizer):
+    """A rate that changes at every step: warmup over 4 steps, then cosine decay to step 12."""
+    return LearningRate(optimizer, 0.05, warmup_steps=4, total_steps=12)
 
 
-def lazy_steps(model, optimizer, data, rate):
+def lazy_steps(model, optimizer, data, first_step):
     dev = xla.device()
-    for x, y in data:
-        optimizer.param_groups[0]["lr"] = rate
+    rate = schedule(optimizer)
+    for step, (x, y) in enumerate(data, start=first_step):
+        rate.set(step)
         optimizer.zero_grad(set_to_none=True)
         F.nll_loss(model(x.to(dev)), y.to(dev)).backward()
         optimizer.step()
         xla.sync()
 
 
-def test_a_training_step_is_one_device_execution_and_compiles_once():
+def transfers_to_device():
+    data = met.metric_data("TransferToDeviceTime")
+    return int(data[0]) if data else 0
+
+
+def test_a_training_step_is_one_device_execution_with_no_upload_and_compiles_once():
     dev = xla.device()
     torch.manual_seed(0)
     model = mnist.MnistNet().to(dev)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    # The run's own rate: a new device tensor every step (warmup over all 8 steps).
-    rate = LearningRate(optimizer, 0.1, warmup_steps=8, total_steps=8, device=dev)
-    rate.set(0)
-    step = OneGraphTrainStep(model, optimizer, F.nll_loss)
+    step = OneGraphTrainStep(model, optimizer, F.nll_loss, schedule(optimizer).rate_at)
     total = device_zero(dev)
     data = [(x.to(dev), y.to(dev)) for x, y in batches(8)]
     xla.sync()
-    for index, (x, y) in enumerate(data[:2]):
-        rate.set(index)
-        total = step(x, y, total)
+    for number, (x, y) in enumerate(data[:2]):
+        total = step(number, x, y, total)
     xla.wait()
     compiles, executions = xla.compile_count(), xla.execute_count()
-    for index, (x, y) in enumerate(data[2:], start=2):
-        rate.set(index)
-        total = step(x, y, total)
+    uploads = transfers_to_device()
+    for number, (x, y) in enumerate(data[2:], start=2):
+        total = step(number, x, y, total)
     xla.wait()
     assert xla.execute_count() - executions == len(data) - 2
     assert xla.compile_count() == compiles
+    # The rate changes every step, computed in the graph: nothing is uploaded for it.
+    assert transfers_to_device() == uploads
     assert torch.isfinite(total.cpu()).all() and float(total.cpu()) > 0
 
 
-def continue_on_one_graph(model_state, optimizer_state, data, rate):
+def continue_on_one_graph(model_state, optimizer_state, data, first_step):
     """A fresh model and optimizer loaded from the states, trained on ``data`` by the one-graph
-    step; returns the model's state on the host."""
+    step from step ``first_step``; returns the model's state on the host."""
     dev = xla.device()
     model = mnist.MnistNet().to(dev)
     model.load_state_dict(model_state)
-    optimizer = torch.optim.SGD(model.parameters(), lr=rate, momentum=0.9, weight_decay=5e-4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     optimizer.load_state_dict(optimizer_state)
-    optimizer.param_groups[0]["lr"] = torch.tensor(rate).to(dev)
-    step = OneGraphTrainStep(model, optimizer, F.nll_loss)
+    step = OneGraphTrainStep(model, optimizer, F.nll_loss, schedule(optimizer).rate_at)
     total = device_zero(dev)
-    for x, y in data:
-        total = step(x.to(dev), y.to(dev), total)
+    for number, (x, y) in enumerate(data, start=first_step):
+        total = step(number, x.to(dev), y.to(dev), total)
     xla.sync()
     return {name: value.cpu() for name, value in model.state_dict().items()}
 
 
-def test_it_continues_from_the_lazy_paths_momentum_and_batch_norm_state():
+def test_it_continues_from_the_lazy_paths_state_at_the_same_rates():
+    """Resumed mid-schedule from the lazy path's momentum and batch-norm state, the one-graph
+    steps (rate computed in the graph) end where the lazy steps (rate set by the host) do."""
     dev = xla.device()
     torch.manual_seed(0)
     model = mnist.MnistNet().to(dev)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                                 weight_decay=5e-4)
-    lazy_steps(model, optimizer, batches(3), 0.05)
+    lazy_steps(model, optimizer, batches(3), first_step=0)
     model_state = {name: value.cpu() for name, value in model.state_dict().items()}
     optimizer_state = copy.deepcopy(optimizer.state_dict())
 
-    later = batches(3, seed=2)
-    lazy_steps(model, optimizer, later, 0.02)
+    later = batches(4, seed=2)  # steps 3 to 6: the end of warmup and the start of decay
+    lazy_steps(model, optimizer, later, first_step=3)
     expected = {name: value.cpu() for name, value in model.state_dict().items()}
 
-    resumed = continue_on_one_graph(model_state, optimizer_state, later, 0.02)
+    resumed = continue_on_one_graph(model_state, optimizer_state, later, first_step=3)
     for name, value in resumed.items():
         assert torch.allclose(value.float(), expected[name].float(), rtol=1e-3,
                               atol=1e-5), name
-    # Without the restored momentum the same steps end elsewhere, so the check can fail.
+    # Without the restored momentum, or at other rates, the same steps end elsewhere, so
+    # the check can fail.
     forgetful = continue_on_one_graph(model_state, dict(optimizer_state, state={}), later,
-                                      0.02)
-    assert not torch.allclose(forgetful["fc2.weight"], expected["fc2.weight"], rtol=1e-3,
-                              atol=1e-5)
+                                      first_step=3)
+    early = continue_on_one_graph(model_state, optimizer_state, later, first_step=0)
+    for other in (forgetful, early):
+        assert not torch.allclose(other["fc2.weight"], expected["fc2.weight"], rtol=1e-3,
+                                  atol=1e-5)

@@ -49,8 +49,7 @@ def train_a_few_steps(path, warmup_epochs=1.0, steps=6):
     model = mnist.MnistNet().to(dev)
     # A warmup over all the steps: the rate changes at every step.
     config = TrainConfig(fake_data=True, num_epochs=1, warmup_epochs=warmup_epochs, lr=0.1)
-    optimizer, rate = build_optimizer(config, model, steps,
-                                      dev if path == xla.COMPILED else None)
+    optimizer, rate = build_optimizer(config, model, steps)
     runner = Steps(model, optimizer, rate, F.nll_loss, (1,), path)
     generator = torch.Generator().manual_seed(1)
     total = device_zero(dev)
@@ -81,7 +80,7 @@ def count_hits(path):
     dev = xla.device()
     model = mnist.MnistNet().to(dev).eval()
     config = TrainConfig(fake_data=True, num_epochs=1)
-    optimizer, rate = build_optimizer(config, model, 1, dev if path == xla.COMPILED else None)
+    optimizer, rate = build_optimizer(config, model, 1)
     runner = Steps(model, optimizer, rate, F.nll_loss, (1, 3), path)
     generator = torch.Generator().manual_seed(2)
     counts = runner.zero_counts()

@@ -1,6 +1,7 @@
 """Trainer benchmark on the XLA CPU device (run: make bench, or python bench/trainer.py).
 
-For MNIST (fake data, batch 128, full epochs) and ResNet-18 (fake data, small images) prints:
+For MNIST (fake data; batch 128, full epochs, and batch 8, the host-bound case of
+bench/step_paths.py) and ResNet-18 (fake data, small images) prints:
 steady examples/s (after the first steps' compilation), examples/s including compilation,
 graphs compiled for a train + eval run, device executions per epoch, and the pipeline
 efficiency: steady end-to-end examples/s divided by the examples/s of the same compiled step
@@ -77,12 +78,15 @@ def main() -> int:
     parser.add_argument("--resnet_image_size", type=int, default=64)
     args = parser.parse_args()
 
-    config = TrainConfig(fake_data=True, batch_size=128, num_epochs=2, log_steps=0)
-    summary = mnist.run(config, paths=OutputPaths())
-    limit = device_limit(mnist.MnistNet(), torch.nn.functional.nll_loss, config, (1, 28, 28), 10,
-                         steps=summary["global_step"] // 2)
-    report("MNIST, fake data, batch 128, 2 epochs of {} steps".format(summary["global_step"] // 2),
-           summary, limit)
+    for batch_size, num_steps in ((128, 0), (8, 1500)):
+        config = TrainConfig(fake_data=True, batch_size=batch_size, num_epochs=2,
+                             num_steps=num_steps, log_steps=0)
+        summary = mnist.run(config, paths=OutputPaths())
+        steps = summary["global_step"] // 2
+        limit = device_limit(mnist.MnistNet(), torch.nn.functional.nll_loss, config,
+                             (1, 28, 28), 10, steps=min(steps, 500))
+        report("MNIST, fake data, batch {}, 2 epochs of {} steps".format(batch_size, steps),
+               summary, limit)
 
     config = TrainConfig(fake_data=True, model="resnet18", image_size=args.resnet_image_size,
                          batch_size=32, num_epochs=2, num_steps=args.resnet_steps, log_steps=0,

@@ -106,7 +106,8 @@ class OneGraphTrainStep:
     def __call__(self, number: int, x: torch.Tensor, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
         if number != self._next_number:
-            self._counter = torch.tensor(number, dtype=torch.int32).to(x.device)
+            # Shape (1,): torch_xla would make a 0-dim host value a constant to compile.
+            self._counter = torch.tensor([number], dtype=torch.int32).to(x.device)
         parameters = self.tensors.parameters
         state = self.tensors.state() + self._momentum_buffers()
         outputs = self._graph(state, (x, y, self._counter, loss_total))
@@ -131,7 +132,7 @@ class OneGraphTrainStep:
         loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
-            rate = self.rate_at(counter.to(torch.float32))
+            rate = self.rate_at(counter.to(torch.float32))[0]
             new_parameters, new_momentum = sgd_step(parameters, gradients, momentum_buffers,
                                                     rate, self.momentum, self.weight_decay)
         return tuple(new_parameters) + tuple(buffers) + tuple(new_momentum) + (
@@ -147,7 +148,9 @@ class OneGraphTrainStep:
         for parameter in self.tensors.parameters:
             state = self.optimizer.state[parameter]
             if state.get("momentum_buffer") is None:
-                state["momentum_buffer"] = torch.zeros_like(parameter.detach())
+                # Uploaded: zeros made on the device would be one more graph to compile.
+                state["momentum_buffer"] = torch.zeros(parameter.shape,
+                                                       dtype=parameter.dtype).to(parameter.device)
             buffers.append(state["momentum_buffer"])
         return buffers
 

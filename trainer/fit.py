@@ -55,8 +55,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         dev = xla.device()
         path = xla.step_path(config.step_mode)
         model = spec.model.to(dev)
-        steps_per_epoch = min(spec.data.steps_per_epoch, config.num_steps or
-                              spec.data.steps_per_epoch)
+        steps_per_epoch = _steps_per_epoch(config, spec.data)
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps)
@@ -67,8 +66,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs, batch %d", spec.name,
                  dev, xla.device_kind(dev), path, steps_per_epoch, config.num_epochs,
                  spec.data.batch_size)
-        run = _Run(config, spec.data, steps, state, checkpoints, outputs, counts, cache,
-                   steps_per_epoch)
+        run = _Run(config, spec.data, steps, state, checkpoints, _Records(outputs, counts, cache))
         progress = _ProgressLog(state, spec.data.batch_size, steps_per_epoch,
                                 config.num_epochs, outputs, initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
@@ -86,15 +84,24 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
     return summary
 
 
+@dataclass
+class _Records:
+    """What a run keeps besides its model: outputs, graph counts, compiled programs."""
+
+    outputs: RunOutputs
+    counts: GraphCounts
+    cache: CompileCache
+
+
 class _Run:
     """The epochs of one ``fit``: train, evaluate, checkpoint, and stop on SIGTERM."""
 
     def __init__(self, config: TrainConfig, data: DataSource, steps: Steps, state: LoopState,
-                 checkpoints: RunCheckpoints, outputs: RunOutputs, counts: GraphCounts,
-                 cache: CompileCache, steps_per_epoch: int) -> None:
+                 checkpoints: RunCheckpoints, records: _Records) -> None:
         self.config, self.data, self.steps, self.state = config, data, steps, state
-        self.checkpoints, self.outputs, self.counts = checkpoints, outputs, counts
-        self.cache, self.steps_per_epoch = cache, steps_per_epoch
+        self.checkpoints = checkpoints
+        self.outputs, self.counts, self.cache = records.outputs, records.counts, records.cache
+        self.steps_per_epoch = _steps_per_epoch(config, data)
 
     def all_epochs(self, progress: "_ProgressLog") -> Dict[str, float]:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
@@ -168,6 +175,10 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
     outputs.record("eval", dict(accuracy, epoch=state.epoch), state.global_step)
     if "top1" in accuracy:
         outputs.report_hypertune(accuracy["top1"], state.global_step)
+
+
+def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:
+    return min(data.steps_per_epoch, config.num_steps or data.steps_per_epoch)
 
 
 def _every(steps: int, action: Callable[[LoopState], Any]) -> Optional[Callable[[LoopState],

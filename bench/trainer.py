@@ -27,7 +27,7 @@ from trainer import imagenet, mnist, xla  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.optim import build_optimizer  # noqa: E402
 from trainer.outputs import OutputPaths  # noqa: E402
-from trainer.steps import Steps, device_zero  # noqa: E402
+from trainer.steps import Steps  # noqa: E402
 
 
 def device_limit(model: torch.nn.Module, loss_fn, config: TrainConfig, shape, classes: int,
@@ -42,7 +42,7 @@ def device_limit(model: torch.nn.Module, loss_fn, config: TrainConfig, shape, cl
     runner = Steps(model, optimizer, rate, loss_fn, (1,), path)
     x = torch.randn((config.batch_size,) + shape).to(dev)
     y = torch.randint(0, classes, (config.batch_size,)).to(dev)
-    total = device_zero(dev)
+    total = xla.device_number(0, dev)
     for step in range(3):
         total = runner.train(step, x, y, total)
         xla.sync()

@@ -45,7 +45,7 @@ class CompileCache:
         self.entries_at_start = 0
         self.saved = 0
         self._local: Optional[str] = None
-        self._scratch: Optional[str] = None  # the local copy of a remote cache
+        self._scratch: Optional[str] = None  # where a remote cache's local copy goes
         self._warned = False
 
     @classmethod
@@ -70,12 +70,10 @@ class CompileCache:
     def _start(self) -> None:
         directory = self.directory
         try:
-            # A remote cache's local copy is per process; a local cache is used in place.
-            scratch = os.path.join(tempfile.gettempdir(),
-                                   "trainer-compile-cache-{}".format(os.getpid()))
-            self._local = directory.staging_path(self.namespace, scratch)
-            if self._local.startswith(scratch + os.sep):
-                self._scratch = scratch
+            # A remote cache's local copy is per process; a local cache is used in place (and
+            # the scratch folder stays empty).
+            self._scratch = tempfile.mkdtemp(prefix="trainer-compile-cache-")
+            self._local = directory.staging_path(self.namespace, self._scratch)
             os.makedirs(self._local, exist_ok=True)
             self.entries_at_start = directory.sync_down(self.namespace, self._local)
         except (StorageError, OSError) as error:
@@ -107,9 +105,9 @@ class CompileCache:
             self._give_up("cannot be written", error)
 
     def release(self) -> None:
-        """Delete the local copy of a remote cache (call ``save`` first to keep its new
-        entries). torch_xla may go on compiling in this process: it skips writing entries to
-        a folder that is gone."""
+        """Delete the scratch folder, with the local copy of a remote cache (call ``save``
+        first to keep its new entries). torch_xla may go on compiling in this process: it
+        skips writing entries to a folder that is gone."""
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None

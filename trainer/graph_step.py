@@ -10,9 +10,9 @@ what autograd actually runs, backward included, so the whole step is one graph.
 
 The update is the rule of ``torch.optim.SGD`` as ``optim.build_optimizer`` configures it
 (weight decay added to the gradient, momentum without dampening, no Nesterov), written with
-tensor ops so that the rate can be a device tensor. Its state stays where ``torch.optim.SGD``
-keeps it (``optimizer.state[p]["momentum_buffer"]``), so checkpoints are the same on both
-paths and a resumed run reads the restored buffers.
+tensor ops so that the rate can be a tensor the graph computes. Its state stays where
+``torch.optim.SGD`` keeps it (``optimizer.state[p]["momentum_buffer"]``), so checkpoints are
+the same on both paths and a resumed run reads the restored buffers.
 """
 
 from __future__ import annotations
@@ -106,8 +106,7 @@ class OneGraphTrainStep:
     def __call__(self, number: int, x: torch.Tensor, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
         if number != self._next_number:
-            # Shape (1,): torch_xla would make a 0-dim host value a constant to compile.
-            self._counter = torch.tensor([number], dtype=torch.int32).to(x.device)
+            self._counter = xla.device_number(number, x.device, torch.int32)
         parameters = self.tensors.parameters
         state = self.tensors.state() + self._momentum_buffers()
         outputs = self._graph(state, (x, y, self._counter, loss_total))

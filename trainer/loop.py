@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, Optional
 import torch
 
 from trainer import xla
-from trainer.steps import Steps, device_zero
+from trainer.steps import Steps
 
 
 @dataclass
@@ -93,7 +93,7 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
     early."""
     steps.model.train()
     if state.loss_total is None:
-        state.loss_total = device_zero(steps.device)
+        state.loss_total = xla.device_number(0, steps.device)
     state.clock.start()
     for x, y in batches:
         state.loss_total = steps.train(state.global_step, x, y, state.loss_total)

@@ -53,7 +53,7 @@ class RunCheckpoints:
         state.global_step = saved["step"]
         self.steps.learning_rate.set(state.global_step)
         total = float(saved.get("loss_total", 0.0))
-        state.loss_total = torch.tensor([total]).to(self.steps.device)
+        state.loss_total = xla.device_number(total, self.steps.device)
         torch.set_rng_state(saved["torch_rng"])
         log.info("resumed from %s: epoch %d, step %d", self.store.uri(step), state.epoch + 1,
                  state.global_step)

@@ -75,13 +75,6 @@ class Steps:
         return correct + [totals[-1] + (y >= 0).sum()]
 
     def zero_counts(self) -> Counts:
-        """Evaluation counts at zero, as device data (see ``device_zero``)."""
-        return ([device_zero(self.device, torch.int64) for _ in self.topk],
-                device_zero(self.device, torch.int64))
-
-
-def device_zero(dev: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A 0 that is device *data*, so adding to it traces the same graph every step. Shape
-    (1,), not (): torch_xla turns 0-dim host tensors into graph constants, which would make
-    the first step's graph differ from the rest."""
-    return torch.zeros(1, dtype=dtype).to(dev)
+        """Evaluation counts at zero, as device data (``xla.device_number``)."""
+        return ([xla.device_number(0, self.device, torch.int64) for _ in self.topk],
+                xla.device_number(0, self.device, torch.int64))

@@ -34,6 +34,14 @@ def device_kind(dev: torch.device) -> str:
     return str(xm.xla_device_hw(dev))
 
 
+def device_number(value: float, dev: torch.device,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``value`` as device *data* of shape (1,), so that a graph that reads it traces the same
+    at every step. Not shape (): torch_xla turns 0-dim host tensors into graph constants, so
+    the first step's graph would differ from the rest, or need one more graph to compile."""
+    return torch.tensor([value], dtype=dtype).to(dev)
+
+
 def sync() -> None:
     """Cut the lazy graph here and run it (``mark_step``)."""
     if hasattr(torch_xla, "sync"):

@@ -16,7 +16,6 @@ import torch_xla.debug.metrics as met  # noqa: E402
 from trainer import mnist, xla  # noqa: E402
 from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_step  # noqa: E402
 from trainer.optim import LearningRate  # noqa: E402
-from trainer.steps import device_zero  # noqa: E402
 
 
 @pytest.mark.parametrize("momentum,weight_decay", [(0.9, 5e-4), (0.0, 0.0), (0.5, 0.0)])
@@ -86,7 +85,7 @@ def test_a_training_step_is_one_device_execution_with_no_upload_and_compiles_onc
     model = mnist.MnistNet().to(dev)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step = OneGraphTrainStep(model, optimizer, F.nll_loss, schedule(optimizer).rate_at)
-    total = device_zero(dev)
+    total = xla.device_number(0, dev)
     data = [(x.to(dev), y.to(dev)) for x, y in batches(8)]
     xla.sync()
     for number, (x, y) in enumerate(data[:2]):
@@ -113,7 +112,7 @@ def continue_on_one_graph(model_state, optimizer_state, data, first_step):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     optimizer.load_state_dict(optimizer_state)
     step = OneGraphTrainStep(model, optimizer, F.nll_loss, schedule(optimizer).rate_at)
-    total = device_zero(dev)
+    total = xla.device_number(0, dev)
     for number, (x, y) in enumerate(data, start=first_step):
         total = step(number, x.to(dev), y.to(dev), total)
     xla.sync()

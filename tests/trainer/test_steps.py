@@ -17,7 +17,7 @@ from trainer.config import TrainConfig  # noqa: E402
 from trainer.errors import TrainerError  # noqa: E402
 from trainer.optim import build_optimizer  # noqa: E402
 from trainer.outputs import OutputPaths  # noqa: E402
-from trainer.steps import Steps, device_zero  # noqa: E402
+from trainer.steps import Steps  # noqa: E402
 
 
 def test_auto_compiles_where_steps_can_be_traced_and_lazy_is_always_available():
@@ -52,7 +52,7 @@ def train_a_few_steps(path, warmup_epochs=1.0, steps=6):
     optimizer, rate = build_optimizer(config, model, steps)
     runner = Steps(model, optimizer, rate, F.nll_loss, (1,), path)
     generator = torch.Generator().manual_seed(1)
-    total = device_zero(dev)
+    total = xla.device_number(0, dev)
     for step in range(steps):
         x = torch.randn(16, 1, 28, 28, generator=generator).to(dev)
         y = torch.randint(0, 10, (16,), generator=generator).to(dev)

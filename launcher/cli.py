@@ -105,6 +105,9 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Launc
             if not value.strip():  # given on purpose, so never silently the default
                 raise UsageError("{} is empty".format(flag),
                                  "give it a value, or leave it out for the default")
+            if "\0" in value:  # no path, name or number holds one (os calls would raise)
+                raise UsageError("{} contains a NUL character".format(flag),
+                                 "pass the value as plain text")
             return value, flag
         return (environ.get(env_name) or None), env_name
 

@@ -98,6 +98,13 @@ def test_an_empty_or_broken_trainer_command_is_a_usage_error(argv, environ, name
     assert named in error and hint.startswith("launcher: HINT: ")
 
 
+def test_a_nul_character_in_an_option_is_a_usage_error(capsys):
+    # Not a real argv (exec cannot pass one), but main() is also called in-process.
+    assert run_main(["--host-root=\0"], {"PJRT_DEVICE": "CPU"}) == EX_USAGE
+    error, hint = capsys.readouterr().err.splitlines()[-2:]
+    assert "--host-root contains a NUL" in error and hint.startswith("launcher: HINT: ")
+
+
 def test_pjrt_with_a_tpu_node_fails_before_any_waiting(capsys):
     environ = {"TPU_CONFIG": SEED_TPU_CONFIG, "TF_CONFIG": SEED_TF_CONFIG}
     assert run_main([], environ) == EX_CONFIG

@@ -38,7 +38,7 @@ from launcher.errors import (
     UsageError,
 )
 from launcher.launch import DEFAULT_TRAINER, LaunchOptions, LaunchPlan, describe, plan_launch
-from launcher.report import format_command, shell_exports
+from launcher.report import format_command, printable, shell_exports
 from launcher.runtime import RUNTIMES
 from launcher.tpu_wait import WaitPolicy
 
@@ -67,7 +67,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     environ = dict(os.environ if environ is None else environ)  # the one read of os.environ
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        options = parse_command_line(argv, environ)
+        try:
+            options = parse_command_line(argv, environ)
+        except SystemExit as shown:  # -h/--help: argparse printed the help and wants out
+            return int(shown.code or 0)
         with interrupt_on_signals():
             plan = plan_launch(options, environ, log)
         for line in describe(plan):
@@ -91,7 +94,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
 
 
 def log(line: str) -> None:
-    print(_LOG_PREFIX + line, file=sys.stderr, flush=True)
+    """One line of the launcher's log on stderr, whatever characters ``line`` holds."""
+    print(_LOG_PREFIX + printable(line), file=sys.stderr, flush=True)
 
 
 def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchOptions:

@@ -66,6 +66,17 @@ def shell_word(text: str) -> str:
     return "$'{}'".format("".join(_ansi_c_escape(char) for char in text))
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (control characters, and the
+    separators ``str.splitlines`` breaks at: ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028``)
+    written as an escape, so that a value from the environment can never start a log line
+    of its own."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _ansi_c_escape(char)
+                   for char in text)
+
+
 def _ansi_c_escape(char: str) -> str:
     if char in "\\'":
         return "\\" + char

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
+from hypothesis import settings
 
 import fake_cloud_tpu
 
@@ -24,6 +25,30 @@ REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 SHARED = REPO.parent / "shared"
 MNIST_SUBSET = SHARED / "data" / "mnist-subset"
+
+# Property tests: ``make test`` runs the "ci" profile, the same examples on every machine and
+# every run (a seed derived from each test; no example database, so nothing a machine saw
+# before changes what it runs). ``make fuzz`` runs "fuzz": random seeds, FUZZ_SCALE times the
+# examples, failures kept in .hypothesis/ and printed with how to reproduce them.
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+FUZZ_SCALE = int(os.environ.get("FUZZ_SCALE", "25"))
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, print_blob=True)
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(count: int) -> int:
+    """A property test's number of examples: ``count`` under ``make test``, FUZZ_SCALE times
+    as many under ``make fuzz``."""
+    return count * FUZZ_SCALE if HYPOTHESIS_PROFILE == "fuzz" else count
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark every hypothesis test ``property``, so ``make fuzz`` can select them."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
+
 
 # The exact values legacy AI Platform passed in the article the design follows (seed 003).
 SEED_TPU_CONFIG = json.dumps({"project": fake_cloud_tpu.PROJECT, "zone": fake_cloud_tpu.ZONE,

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
+from conftest import REPO, examples
 from jobspec.check import check_job, check_pairing, set_image
 from jobspec.cloudbuild import check_cloudbuild
 from jobspec.images import PJRT_BASE
@@ -224,7 +224,7 @@ def paths_in(value, path=""):
 JOBS = [V3, VERTEX] + [yaml.safe_load(t.read_text()) for t in TEMPLATES]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.sampled_from(range(len(JOBS))), st.data(),
        st.sampled_from(["unknown name", "a list where a value was", "delete", "any value"]),
        st.one_of(st.text(max_size=8), st.integers(), st.floats(), st.booleans(), st.none(),

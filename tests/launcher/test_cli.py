@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, RecordingExec
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, RecordingExec, examples
 from launcher.cli import main, parse_command_line, split_argv
 from launcher.errors import EX_CANNOT_EXECUTE, EX_CONFIG, EX_NOT_FOUND, EX_USAGE
 
@@ -125,7 +125,7 @@ _env_values = st.one_of(st.text(max_size=30), st.sampled_from(
     [SEED_TPU_CONFIG, SEED_TF_CONFIG, "{}", "null", '{"job": "x"}', '{"task": {"index": "1"}}']))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.fixed_dictionaries({}, optional={
     name: _env_values for name in ("TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC", "PJRT_DEVICE",
                                    "XRT_TPU_CONFIG", "TPU_IP_ADDRESS")}))
@@ -145,3 +145,10 @@ def test_fuzz_main_never_tracebacks(environ):
         named = [name for name in environ if name in lines[0]]
         assert named, lines[0]
     assert "Traceback" not in err.getvalue()
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_is_printed_and_main_returns_0_without_starting_anything(flag, capsys):
+    execvpe = RecordingExec()
+    assert main([flag, "--lr=0.1"], {}, execvpe) == 0
+    assert "--xla-runtime" in capsys.readouterr().out and execvpe.calls == []

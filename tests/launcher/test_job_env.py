@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG
+from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, examples
 from launcher.errors import EX_CONFIG, ConfigError
 from launcher.job_env import ClusterConfig, JobEnvironment, TpuConfig
 
@@ -107,25 +107,25 @@ def _check(variable, value):
         assert error.exit_code == EX_CONFIG
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_text)
 def test_fuzz_tpu_config(value):
     _check("TPU_CONFIG", value)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_text)
 def test_fuzz_tf_config(value):
     _check("TF_CONFIG", value)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_text)
 def test_fuzz_cluster_spec(value):
     _check("CLUSTER_SPEC", value)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.from_regex(r"[a-z][-a-z0-9]{5,28}[a-z0-9]", fullmatch=True),
        st.from_regex(r"[a-z]{2,12}-[a-z]{2,10}[0-9]-[a-f]", fullmatch=True),
        st.from_regex(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True))
@@ -135,7 +135,7 @@ def test_fuzz_valid_tpu_config_always_parses(project, zone, name):
     assert config == TpuConfig(project, zone, name)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sampled_from(["project", "zone", "tpu_node_name"]), st.text(min_size=1, max_size=70))
 def test_fuzz_any_name_parses_or_names_the_field(field, value):
     fields = {"project": "my-project", "zone": "us-central1-b", "tpu_node_name": "my-tpu",

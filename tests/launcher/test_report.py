@@ -4,12 +4,14 @@ import shlex
 import subprocess
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from launcher.report import (
     REDACTED,
     format_assignments,
+    printable,
     redact_args,
     shell_exports,
     shell_word,
@@ -50,7 +52,7 @@ def test_exports_round_trip_through_a_shell():
     assert shlex.split(lines[1]) == ["export", "A=it's"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
                max_size=12))
 def test_shell_word_is_one_line_and_bash_reads_it_back(text):
@@ -59,3 +61,12 @@ def test_shell_word_is_one_line_and_bash_reads_it_back(text):
     printed = subprocess.run(["bash", "-c", "printf %s " + word], capture_output=True,
                              check=True).stdout
     assert printed.decode("utf-8", "surrogateescape") == text
+
+
+@settings(max_examples=examples(200), deadline=None)
+@example("0\x1e0")  # a TPU_ACCELERATOR_TYPE of CI's property run: once two log lines
+@given(st.text(max_size=12))
+def test_printable_text_is_one_line_and_keeps_what_was_printable(text):
+    shown = printable(text)
+    assert len(("x" + shown + "x").splitlines()) == 1
+    assert shown == text or not text.isprintable()

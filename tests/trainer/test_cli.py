@@ -10,6 +10,7 @@ from absl import flags
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from trainer import imagenet, mnist
 from trainer.batches import epoch_order
 from trainer.cli import parse_config
@@ -81,7 +82,7 @@ def flag_args(trainer):
     word = st.text(min_size=1, max_size=8).filter(lambda text: not text.startswith("-"))
     return st.lists(st.one_of(option, option, option, word), max_size=6)
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(TRAINER_FLAGS)).flatmap(
     lambda trainer: st.tuples(st.just(trainer), flag_args(trainer))))
 def test_any_flags_are_refused_in_one_line_or_usable(case):

@@ -37,3 +37,17 @@ def test_cpu_chosen_on_purpose_wins_over_a_tpu_tf_config(tmp_path):
 
     job_env = JobEnvironment.from_environ({"PJRT_DEVICE": "CPU", "TF_CONFIG": SEED_TF_CONFIG})
     assert explicit.detect(job_env, str(tmp_path)).user_settings == (("PJRT_DEVICE", "CPU"),)
+
+
+@pytest.mark.parametrize("xrt_setting", [{"TPU_IP_ADDRESS": "10.0.0.2"},
+                                         {"XRT_TPU_CONFIG": "tpu_worker;0;10.0.0.2:8470"},
+                                         {"XRT_WORKERS": "localservice:0;grpc://localhost:1"}])
+@pytest.mark.parametrize("device", ["TPU", "CPU"])
+def test_pjrt_device_next_to_an_xrt_setting_is_refused_naming_both(tmp_path, xrt_setting,
+                                                                     device):
+    environ = dict(xrt_setting, PJRT_DEVICE=device, TPU_CONFIG=SEED_TPU_CONFIG)
+    with pytest.raises(ConfigError) as caught:
+        explicit.detect(JobEnvironment.from_environ(environ), str(tmp_path))
+    name = next(iter(xrt_setting))
+    assert caught.value.message.startswith("PJRT_DEVICE={} and {}=".format(device, name))
+    assert "two XLA runtimes" in caught.value.message and "unset " + name in caught.value.hint

@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-images lint bench lock clean venv build push cloudbuild check-job submit \
+.PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex local-run standin-base bench-images repository
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
@@ -67,14 +67,36 @@ RUN_ARGS ?= --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(
 run: $(STAMP)
 	$(PY) -m launcher -- $(RUN_ARGS)
 
-## test: the whole suite. TensorFlow and torch_xla abort when loaded into one process, so
-## they never share a pytest session: launcher tests (TensorFlow only in subprocesses), the
-## tests that drive TensorFlow's resolver in-process, then the trainer tests (torch_xla).
+## test: the whole suite, deterministic: property tests run hypothesis's "ci" profile (the
+## same examples on every machine and every run; make fuzz explores). TensorFlow and torch_xla
+## abort when loaded into one process, so they never share a pytest session: launcher tests
+## (TensorFlow only in subprocesses), the tests that drive TensorFlow's resolver in-process,
+## the trainer tests (torch_xla), then the trainer's numeric tests again with the XLA CPU
+## backend capped at NUMERIC_ISA_CAP, which rounds differently from this CPU's widest vectors
+## (AVX2 or AVX-512): a tolerance that only held on one machine fails here, not on a user's.
+NUMERIC_ISA_CAP ?= SSE4_2
+test: export HYPOTHESIS_PROFILE = ci
 test: lint
 	$(PY) -m pytest tests/launcher tests/delivery -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer
+	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m numeric
 	$(MAKE) --no-print-directory test-images
+
+## fuzz: explore: every property test with random seeds and FUZZ_SCALE (25) times its
+## examples (about 15 minutes). A failure prints its falsifying example and a
+## @reproduce_failure line, and is kept in .hypothesis/ so the next run tries it first; add
+## each one to the test as an explicit @example so make test checks it from then on.
+FUZZ_SCALE ?= 25
+fuzz: export HYPOTHESIS_PROFILE = fuzz
+fuzz: export FUZZ_SCALE := $(FUZZ_SCALE)
+fuzz: $(STAMP)
+	status=0; \
+	$(PY) -m pytest tests/launcher tests/delivery -m "property and not tensorflow" || status=1; \
+	$(PY) -m pytest tests/launcher -m "property and tensorflow" || status=1; \
+	$(PY) -m pytest tests/trainer -m property || status=1; \
+	if [ $$status != 0 ]; then echo "make fuzz: falsifying examples above; keep each as an @example"; fi; \
+	exit $$status
 
 ## test-images: build both stand-in bases and both images with a real Docker engine and run
 ## real containers through what users do (tests/images). Starts its own dockerd when it is

@@ -13,6 +13,12 @@ os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch_xla.debug.metrics as met  # noqa: E402
 
+from agreement import (  # noqa: E402
+    DTYPE,
+    assert_same_training,
+    assert_training_differs,
+    host_state,
+)
 from trainer import mnist, xla  # noqa: E402
 from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_step  # noqa: E402
 from trainer.optim import LearningRate  # noqa: E402
@@ -52,9 +58,9 @@ def test_sgd_variants_it_does_not_compute_are_refused(options):
                                      lr=0.1))
 
 
-def batches(count, seed=1, size=16):
+def batches(count, seed=1, size=16, dtype=torch.float32):
     generator = torch.Generator().manual_seed(seed)
-    return [(torch.randn(size, 1, 28, 28, generator=generator),
+    return [(torch.randn(size, 1, 28, 28, generator=generator, dtype=dtype),
              torch.randint(0, 10, (size,), generator=generator)) for _ in range(count)]
 
 
@@ -103,47 +109,48 @@ def test_a_training_step_is_one_device_execution_with_no_upload_and_compiles_onc
     assert torch.isfinite(total.cpu()).all() and float(total.cpu()) > 0
 
 
+def sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+
+
 def continue_on_one_graph(model_state, optimizer_state, data, first_step):
-    """A fresh model and optimizer loaded from the states, trained on ``data`` by the one-graph
-    step from step ``first_step``; returns the model's state on the host."""
+    """A fresh float64 model and optimizer loaded from the states, trained on ``data`` by the
+    one-graph step from step ``first_step``; returns the model's state on the host."""
     dev = xla.device()
-    model = mnist.MnistNet().to(dev)
+    model = mnist.MnistNet().to(DTYPE).to(dev)
     model.load_state_dict(model_state)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    optimizer = sgd(model)
     optimizer.load_state_dict(optimizer_state)
     step = OneGraphTrainStep(model, optimizer, F.nll_loss, schedule(optimizer).rate_at)
-    total = xla.device_number(0, dev)
+    total = xla.device_number(0, dev, DTYPE)
     for number, (x, y) in enumerate(data, start=first_step):
         total = step(number, x.to(dev), y.to(dev), total)
     xla.sync()
-    return {name: value.cpu() for name, value in model.state_dict().items()}
+    return host_state(model)
 
 
+@pytest.mark.numeric
 def test_it_continues_from_the_lazy_paths_state_at_the_same_rates():
     """Resumed mid-schedule from the lazy path's momentum and batch-norm state, the one-graph
-    steps (rate computed in the graph) end where the lazy steps (rate set by the host) do."""
+    steps (rate computed in the graph) end where the lazy steps (rate set by the host) do, in
+    float64 and within the bound ``agreement`` derives."""
     dev = xla.device()
     torch.manual_seed(0)
-    model = mnist.MnistNet().to(dev)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
-                                weight_decay=5e-4)
-    lazy_steps(model, optimizer, batches(3), first_step=0)
-    model_state = {name: value.cpu() for name, value in model.state_dict().items()}
+    model = mnist.MnistNet().to(DTYPE).to(dev)
+    optimizer = sgd(model)
+    lazy_steps(model, optimizer, batches(3, dtype=DTYPE), first_step=0)
+    start = host_state(model)
     optimizer_state = copy.deepcopy(optimizer.state_dict())
 
-    later = batches(4, seed=2)  # steps 3 to 6: the end of warmup and the start of decay
+    later = batches(4, seed=2, dtype=DTYPE)  # steps 3 to 6: the end of warmup, start of decay
     lazy_steps(model, optimizer, later, first_step=3)
-    expected = {name: value.cpu() for name, value in model.state_dict().items()}
+    expected = host_state(model)
 
-    resumed = continue_on_one_graph(model_state, optimizer_state, later, first_step=3)
-    for name, value in resumed.items():
-        assert torch.allclose(value.float(), expected[name].float(), rtol=1e-3,
-                              atol=1e-5), name
-    # Without the restored momentum, or at other rates, the same steps end elsewhere, so
-    # the check can fail.
-    forgetful = continue_on_one_graph(model_state, dict(optimizer_state, state={}), later,
+    assert_same_training(continue_on_one_graph(start, optimizer_state, later, first_step=3),
+                         expected, start)
+    # Without the restored momentum, or at other rates, the same steps end elsewhere.
+    forgetful = continue_on_one_graph(start, dict(optimizer_state, state={}), later,
                                       first_step=3)
-    early = continue_on_one_graph(model_state, optimizer_state, later, first_step=0)
+    early = continue_on_one_graph(start, optimizer_state, later, first_step=0)
     for other in (forgetful, early):
-        assert not torch.allclose(other["fc2.weight"], expected["fc2.weight"], rtol=1e-3,
-                                  atol=1e-5)
+        assert_training_differs(other, expected, start, "fc2.weight")

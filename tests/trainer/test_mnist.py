@@ -37,6 +37,7 @@ def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     assert float(reported["mnist_accuracy"]) == pytest.approx(summary["final_accuracy"])
 
 @needs_mnist
+@pytest.mark.numeric
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
 def test_the_defaults_reach_99_percent_in_5_epochs_on_real_digits(step_mode):
     summary = mnist.run(TrainConfig(data_dir=str(MNIST_SUBSET), log_steps=0, step_mode=step_mode),

@@ -26,7 +26,7 @@ IMAGE_URI ?= $(REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/$(IMAGE_NAME):$(T
 JOB_NAME ?= pytorch_xla_$(shell date +%Y%m%d_%H%M%S)
 JOB_NAME := $(JOB_NAME)
 CONFIG ?= config/ai-platform-tpu-v3.yaml
-VERTEX_CONFIG ?= config/vertex-tpu.yaml
+VERTEX_CONFIG ?= config/vertex-tpu-v5e.yaml
 JOB_DIR ?=
 # The trainer's arguments, written as for a shell (quotes and backslashes; no expansions): they
 # reach the trainer's argv word for word on both paths (`python -m jobspec` splits them).

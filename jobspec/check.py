@@ -10,7 +10,7 @@ with the platform and ``tpuTfVersion`` (the pairing table in ``jobspec.images``)
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec.api import ML, VERTEX
 from jobspec.findings import ERROR, Finding, join
@@ -80,19 +80,27 @@ def _check_ai_platform(job: Dict[str, Any], region: Optional[str]) -> List[Findi
     return findings
 
 
+def worker_pools(job: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    """(path, pool) of each mapping in a Vertex job's ``workerPoolSpecs``: a list, or one
+    mapping written without ``-``, which gcloud reads as a list of one (``jobspec.shape``)."""
+    pools = job.get("workerPoolSpecs")
+    if isinstance(pools, dict):
+        return [("workerPoolSpecs", pools)]
+    return [("workerPoolSpecs[{}]".format(index), pool)
+            for index, pool in enumerate(pools if isinstance(pools, list) else [])
+            if isinstance(pool, dict)]
+
+
 def _check_vertex(spec: Dict[str, Any], region: Optional[str]) -> List[Finding]:
     findings = check_shape(spec, VERTEX, "GoogleCloudAiplatformV1CustomJobSpec")
-    pools = spec.get("workerPoolSpecs")
-    if isinstance(pools, list) and not pools:
+    if spec.get("workerPoolSpecs") == []:
         findings.append(Finding(ERROR, "workerPoolSpecs", "needs at least one pool",
-                                "see config/vertex-tpu.yaml"))
-    for index, pool in enumerate(pools if isinstance(pools, list) else []):
-        if isinstance(pool, dict):
-            path = "workerPoolSpecs[{}]".format(index)
-            findings += vertex_rules(pool, path)
-            container = pool.get("containerSpec")
-            findings += _image(container.get("imageUri") if isinstance(container, dict)
-                               else None, path + ".containerSpec.imageUri")
+                                "see config/vertex-tpu-v5e.yaml"))
+    for path, pool in worker_pools(spec):
+        findings += vertex_rules(pool, path)
+        container = pool.get("containerSpec")
+        findings += _image(container.get("imageUri") if isinstance(container, dict)
+                           else None, path + ".containerSpec.imageUri")
     return findings + region_advice(region, "--region")
 
 
@@ -122,9 +130,8 @@ def _placeholders(value: Any, path: str) -> List[Finding]:
 
 def set_container_args(job: Dict[str, Any], args: List[str]) -> None:
     """Vertex AI: the job's arguments (they reach the launcher, then the trainer)."""
-    for pool in job.get("workerPoolSpecs") or []:
-        if isinstance(pool, dict):
-            pool.setdefault("containerSpec", {})["args"] = list(args)
+    for _, pool in worker_pools(job):
+        pool.setdefault("containerSpec", {})["args"] = list(args)
 
 
 def set_image(job: Dict[str, Any], image: str) -> None:
@@ -135,6 +142,5 @@ def set_image(job: Dict[str, Any], image: str) -> None:
             config = spec.get(replica)
             if isinstance(config, dict) and (replica == "masterConfig" or "imageUri" in config):
                 config["imageUri"] = image
-    for pool in job.get("workerPoolSpecs") or []:
-        if isinstance(pool, dict):
-            pool.setdefault("containerSpec", {})["imageUri"] = image
+    for _, pool in worker_pools(job):
+        pool.setdefault("containerSpec", {})["imageUri"] = image

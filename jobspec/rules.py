@@ -8,15 +8,18 @@ servers; a custom container needs a ``tpuTfVersion`` the service has (``pytorch-
 ``pytorch-1.11``, TensorFlow ``1.15``, ``2.1`` ... ``2.11``); ``BASIC_TPU`` takes no master or
 worker settings.
 
-Vertex AI: each TPU type runs on its machine types: TPU_V2/TPU_V3 on ``cloud-tpu`` with 8
-accelerators; TPU_V5_LITEPOD on ``ct5lp-hightpu-{1t,4t,8t}`` with a ``tpuTopology``; TPU_V4_POD
-on ``ct4p-hightpu-4t`` with a ``tpuTopology``. A TPU machine type needs its TPU type and a TPU
-type its machine type.
+Vertex AI: TPU v2/v3 run on machine type ``cloud-tpu``, which needs ``acceleratorType``
+TPU_V2/TPU_V3 and ``acceleratorCount: 8``. The newer TPU machine types name their TPU and its
+chips per host (``ct4p-hightpu-4t`` v4, ``ct5lp-hightpu-{1t,4t,8t}`` v5e,
+``ct6e-standard-{1t,4t,8t}`` v6e): they need a ``tpuTopology`` whose chips are a whole number
+of such hosts, and ``acceleratorType`` may be left out (as Google's examples do) or must name
+the same TPU; v6e has no ``acceleratorType`` value in the API.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from jobspec.api import ML, enum
@@ -28,15 +31,33 @@ TPU_RUNTIMES = tuple(["pytorch-1.{}".format(minor) for minor in (6, 7, 9, 10, 11
                      + ["1.15"] + ["2.{}".format(minor) for minor in range(1, 12)])
 # Machine types a legacy master may not use: they name the TPU worker, not a VM.
 _NOT_A_MASTER = ("cloud_tpu",)
-# Vertex AI: TPU type -> (machine types, topology required, accelerator count or None).
-VERTEX_TPUS = {
-    "TPU_V2": (("cloud-tpu",), False, 8),
-    "TPU_V3": (("cloud-tpu",), False, 8),
-    "TPU_V5_LITEPOD": (("ct5lp-hightpu-1t", "ct5lp-hightpu-4t", "ct5lp-hightpu-8t"), True, None),
-    "TPU_V4_POD": (("ct4p-hightpu-4t",), True, None),
+# Vertex AI: TPU types that machine type cloud-tpu carries, with their accelerator count.
+CLOUD_TPU_MACHINE = "cloud-tpu"
+CLOUD_TPU_TYPES = {"TPU_V2": 8, "TPU_V3": 8}
+
+
+@dataclass(frozen=True)
+class TpuMachine:
+    """A Vertex AI machine type that carries its TPU: which one, how many chips a host has,
+    and the topology of one host."""
+
+    tpu: str
+    accelerator_type: Optional[str]  # the API's name for it, None where it has none
+    chips_per_host: int
+    one_host: str
+
+
+TPU_MACHINES = {
+    "ct4p-hightpu-4t": TpuMachine("v4", "TPU_V4_POD", 4, "2x2x1"),
+    "ct5lp-hightpu-1t": TpuMachine("v5e", "TPU_V5_LITEPOD", 1, "1x1"),
+    "ct5lp-hightpu-4t": TpuMachine("v5e", "TPU_V5_LITEPOD", 4, "2x2"),
+    "ct5lp-hightpu-8t": TpuMachine("v5e", "TPU_V5_LITEPOD", 8, "2x4"),
+    "ct6e-standard-1t": TpuMachine("v6e", None, 1, "1x1"),
+    "ct6e-standard-4t": TpuMachine("v6e", None, 4, "2x2"),
+    "ct6e-standard-8t": TpuMachine("v6e", None, 8, "2x4"),
 }
 TPU_REGIONS = ("us-central1", "europe-west4")
-_TOPOLOGY = re.compile(r"\d+x\d+(x\d+)?")
+_TOPOLOGY = re.compile(r"[1-9]\d*x[1-9]\d*(x[1-9]\d*)?")
 
 
 def legacy_rules(spec: Dict[str, Any], region: Optional[str]) -> List[Finding]:
@@ -132,31 +153,70 @@ def vertex_rules(pool: Dict[str, Any], path: str) -> List[Finding]:
     kind = _name(machine.get("acceleratorType"))
     if not machine_type:
         return [Finding(ERROR, path + ".machineType", "is missing",
-                        "e.g. cloud-tpu (TPU v2/v3) or ct5lp-hightpu-4t (v5e)")]
-    wanted = [name for name, (types, _, _) in VERTEX_TPUS.items() if machine_type in types]
-    if kind not in VERTEX_TPUS:
-        if wanted:
-            return [Finding(ERROR, path + ".acceleratorType", "{} needs a TPU type, got "
-                            "{!r}".format(machine_type, kind), "set acceleratorType: {}".format(
-                                " or ".join(wanted)))]
-        if kind is None:
-            return [Finding(WARNING, path + ".acceleratorType", "no TPU: the job runs on the "
-                            "XLA CPU device", "for a TPU use e.g. machineType ct5lp-hightpu-4t "
-                            "with acceleratorType TPU_V5_LITEPOD")]
-        return []  # a GPU, or a value that is not the API's (reported by jobspec.shape)
-    types, needs_topology, count = VERTEX_TPUS[kind]
+                        "e.g. ct5lp-hightpu-4t (TPU v5e) or ct6e-standard-4t (v6e)")]
+    if machine_type in TPU_MACHINES:
+        return _tpu_machine(machine, machine_type, kind, path)
+    carriers = [name for name, spec in TPU_MACHINES.items() if spec.accelerator_type == kind]
+    if carriers:
+        return [Finding(ERROR, path + ".machineType", "{} does not carry {}".format(
+            machine_type, kind), "use machineType {}".format(" or ".join(carriers)))]
+    if machine_type == CLOUD_TPU_MACHINE or kind in CLOUD_TPU_TYPES:
+        return _cloud_tpu(machine, machine_type, kind, path)
+    if kind is None:
+        return [Finding(WARNING, path + ".acceleratorType", "no TPU: the job runs on the "
+                        "XLA CPU device", "for a TPU use e.g. machineType ct5lp-hightpu-4t "
+                        "with tpuTopology 2x2")]
+    return []  # a GPU, or a value that is not the API's (reported by jobspec.shape)
+
+
+def _cloud_tpu(machine: Dict[str, Any], machine_type: str, kind: Optional[str],
+               path: str) -> List[Finding]:
+    """TPU v2/v3 on Vertex AI: machine type cloud-tpu with its accelerator type and count."""
+    if kind not in CLOUD_TPU_TYPES:
+        return [Finding(ERROR, path + ".acceleratorType", "{} needs a TPU type, got "
+                        "{!r}".format(machine_type, kind), "set acceleratorType: {}".format(
+                            " or ".join(CLOUD_TPU_TYPES)))]
+    if machine_type != CLOUD_TPU_MACHINE:
+        return [Finding(ERROR, path + ".machineType", "{} does not carry {}".format(
+            machine_type, kind), "use machineType {}".format(CLOUD_TPU_MACHINE))]
+    count = CLOUD_TPU_TYPES[kind]
+    if _as_int(machine.get("acceleratorCount")) != count:
+        return [Finding(ERROR, path + ".acceleratorCount", "must be {} for {}".format(
+            count, kind), "set acceleratorCount: {}".format(count))]
+    return []
+
+
+def _tpu_machine(machine: Dict[str, Any], machine_type: str, kind: Optional[str],
+                 path: str) -> List[Finding]:
+    """A machine type that names its TPU: the accelerator type, if given, must agree, and the
+    topology must be a whole number of hosts of this machine's chips."""
+    spec = TPU_MACHINES[machine_type]
     findings = []
-    if machine_type not in types:
-        findings.append(Finding(ERROR, path + ".machineType", "{} does not carry {}".format(
-            machine_type, kind), "use machineType {}".format(" or ".join(types))))
-    if count is not None and _as_int(machine.get("acceleratorCount")) != count:
-        findings.append(Finding(ERROR, path + ".acceleratorCount", "must be {} for {}".format(
-            count, kind), "set acceleratorCount: {}".format(count)))
+    if kind is not None and kind != spec.accelerator_type:
+        findings.append(Finding(ERROR, path + ".acceleratorType", "{} carries TPU {}, not "
+                                "{}".format(machine_type, spec.tpu, kind),
+                                "leave acceleratorType out (the machine type names the TPU)"
+                                if spec.accelerator_type is None else
+                                "set acceleratorType: {} or leave it out".format(
+                                    spec.accelerator_type)))
     topology = machine.get("tpuTopology")
-    if needs_topology and not (isinstance(topology, str) and _TOPOLOGY.fullmatch(topology)):
-        findings.append(Finding(ERROR, path + ".tpuTopology", "{} needs a topology like 2x2, "
-                                "got {!r}".format(kind, topology),
-                                "set tpuTopology, e.g. 2x2 for ct5lp-hightpu-4t"))
+    if not isinstance(topology, str):
+        if topology is None:  # a number is jobspec.shape's finding
+            findings.append(Finding(ERROR, path + ".tpuTopology", "is required for {}".format(
+                machine_type), "set tpuTopology: {} (one host)".format(spec.one_host)))
+        return findings
+    if not _TOPOLOGY.fullmatch(topology):
+        return findings + [Finding(ERROR, path + ".tpuTopology", "{!r} is not a topology "
+                                   "like 2x2 or 2x2x1".format(topology),
+                                   "set tpuTopology: {} (one host)".format(spec.one_host))]
+    chips = 1
+    for size in topology.split("x"):
+        chips *= int(size)
+    if chips < spec.chips_per_host or chips % spec.chips_per_host:
+        findings.append(Finding(ERROR, path + ".tpuTopology", "{} has {} chips, not a whole "
+                                "number of {} hosts of {} chips".format(
+                                    topology, chips, machine_type, spec.chips_per_host),
+                                "set tpuTopology: {} (one host)".format(spec.one_host)))
     return findings
 
 

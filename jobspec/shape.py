@@ -1,7 +1,16 @@
 """Check a parsed YAML value against a schema of a Google API description (the discovery
 documents google-api-python-client ships), recursively: every field's type (object, array,
-string, integer, integer-as-string ``int64``, number, boolean, enum), names the schema does not
-have (with "did you mean"), and the fields its descriptions mark "Required.".
+string, integer, integer-as-string ``int64``, number, boolean, enum, ``google-duration``),
+names the schema does not have (with "did you mean"), and the fields its descriptions mark
+"Required.".
+
+It accepts and refuses what gcloud's ``--config`` does: gcloud loads the YAML and decodes it
+with apitools (``encoding.DictToMessage``), which takes a single value where the API has a
+list (a one-element list), reads an empty value as a field left out, and refuses a YAML
+number or boolean where the API has a string
+("Expected type <class 'str'> for field tpuTfVersion, found 2.11"): an unquoted ``2.11`` is
+a float, and ``2.10`` would even become ``2.1``. A duration passes gcloud as any string but
+the API refuses anything but seconds (``"604800s"``).
 
 This knows only what the API description says; the TPU rules are in ``jobspec.rules``.
 """
@@ -17,6 +26,8 @@ from jobspec.findings import ERROR, Finding, join
 
 _INTEGER = re.compile(r"[-+]?\d+")
 _NUMBER_FORMATS = ("double", "float")
+# google.protobuf.Duration in JSON: seconds with up to 9 fractional digits and an "s".
+_DURATION = re.compile(r"-?\d+(\.\d{1,9})?s")
 
 
 def check_shape(value: Any, document: str, schema: str, supplied: FrozenSet[str] = frozenset()
@@ -39,6 +50,8 @@ class _Walk:
         properties: Dict[str, dict] = schemas(self.document)[schema].get("properties", {})
         findings = []
         for key, item in value.items():
+            if item is None:  # gcloud reads an empty value as a field left out
+                continue
             if key in properties:
                 findings += self.field(item, properties[key], join(path, key))
                 continue
@@ -46,8 +59,8 @@ class _Walk:
             findings.append(Finding(ERROR, join(path, key), "is not a field of {}".format(
                 _short(schema)), "did you mean {}?".format(close[0]) if close else "remove it"))
         for key, spec in sorted(properties.items()):
-            if (spec.get("description", "").startswith("Required") and key not in value
-                    and key not in self.supplied):
+            if (spec.get("description", "").startswith("Required")
+                    and value.get(key) is None and key not in self.supplied):
                 findings.append(Finding(ERROR, join(path, key), "is required by the API",
                                         "add {}".format(key)))
         return findings
@@ -57,8 +70,8 @@ class _Walk:
             return self.object(value, spec["$ref"], path)
         kind = spec.get("type")
         if kind == "array":
-            if not isinstance(value, list):
-                return [_wrong_type(path, value, "a list")]
+            if not isinstance(value, list):  # gcloud reads a single value as a list of one
+                return self.field(value, spec.get("items", {}), path)
             return [finding for index, item in enumerate(value)
                     for finding in self.field(item, spec.get("items", {}),
                                               "{}[{}]".format(path, index))]
@@ -85,9 +98,15 @@ def _scalar(value: Any, spec: dict, path: str) -> List[Finding]:
             return [_wrong_type(path, value, "a number")]
         return []
     if kind == "string":
-        # gcloud turns YAML scalars into strings (the seed's `tpuTfVersion: 2.11` is a float).
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        if isinstance(value, (bool, int, float)):  # gcloud refuses these (module docstring)
+            return [Finding(ERROR, path, "is {} {}, the API wants a string".format(
+                _article(value), _kind(value)), 'write it in quotes: "{}"'.format(
+                    str(value).lower() if isinstance(value, bool) else value))]
+        if not isinstance(value, str):
             return [_wrong_type(path, value, "a string")]
+        if form == "google-duration" and not _DURATION.fullmatch(value.strip()):
+            return [Finding(ERROR, path, "{!r} is not a duration the API reads".format(value),
+                            'write it in seconds, e.g. "604800s" for 7 days')]
         allowed = [name for name in spec.get("enum", ()) if "UNSPECIFIED" not in name]
         if allowed and str(value) not in allowed:
             close = difflib.get_close_matches(str(value), allowed, n=1)

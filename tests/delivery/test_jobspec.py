@@ -69,7 +69,7 @@ def test_region_outside_tpu_regions_is_only_a_warning():
 
 
 def test_vertex_spec_rules():
-    spec = yaml.safe_load((REPO / "config" / "vertex-tpu.yaml").read_text())
+    spec = yaml.safe_load((REPO / "config" / "vertex-tpu-v3.yaml").read_text())
     set_image(spec, "gcr.io/p/i:pjrt")
     assert check_job(spec) == []
     spec["workerPoolSpecs"][0]["machineSpec"].update(acceleratorCount=4)
@@ -119,13 +119,13 @@ def test_xrt_base_must_match_the_tpu_runtime(base, version, problem):
 
 
 def test_vertex_needs_the_pjrt_base():
-    spec = yaml.safe_load((REPO / "config" / "vertex-tpu.yaml").read_text())
+    spec = yaml.safe_load((REPO / "config" / "vertex-tpu-v3.yaml").read_text())
     assert check_pairing(spec, PJRT_BASE) == []
     [finding] = check_pairing(spec, "gcr.io/tpu-pytorch/xla:r1.11_3.7")
     assert finding.path == "workerPoolSpecs" and "RUNTIME=pjrt" in finding.fix
 
 
-VERTEX = yaml.safe_load((REPO / "config" / "vertex-tpu.yaml").read_text())
+VERTEX = yaml.safe_load((REPO / "config" / "vertex-tpu-v3.yaml").read_text())
 set_image(VERTEX, "us-central1-docker.pkg.dev/p/r/i:pjrt")
 
 
@@ -158,10 +158,7 @@ def vertex(change):
      "trainingInput.workerConfig.acceleratorConfig.cout", "did you mean count?"),
     (vertex(lambda j, p: p["machineSpec"].update(
         machineType="ct5lp-hightpu-4t", acceleratorType="TPU_V5_LITEPOD")),
-     "workerPoolSpecs[0].machineSpec.tpuTopology", "needs a topology like 2x2"),
-    (vertex(lambda j, p: p["machineSpec"].update(machineType="ct5lp-hightpu-4t",
-                                                 acceleratorType=None)),
-     "workerPoolSpecs[0].machineSpec.acceleratorType", "needs a TPU type"),
+     "workerPoolSpecs[0].machineSpec.tpuTopology", "is required for ct5lp-hightpu-4t"),
     (vertex(lambda j, p: p.update(replicaCount="two")), "workerPoolSpecs[0].replicaCount",
      "the API wants a whole number"),
     (vertex(lambda j, p: j.update(workerPoolSpecs=[])), "workerPoolSpecs",
@@ -182,8 +179,8 @@ def test_v5e_with_its_topology_passes():
     assert check_job(job) == []
 
 
-# The complete config.yaml examples of the platform documentation (seed 000), as written there
-# (tpuTfVersion 2.11 unquoted); the YOUR_PROJECT_ID images are what --image replaces.
+# The complete config.yaml examples of the platform documentation (seed 000), as written there;
+# the YOUR_PROJECT_ID images are what --image replaces.
 SEED_EXAMPLES = [
     {"trainingInput": {"scaleTier": "CUSTOM", "masterType": "n1-highcpu-16", "masterConfig": {
         "imageUri": "gcr.io/cloud-ml-public/training/pytorch-xla.1-11"},
@@ -201,12 +198,132 @@ SEED_EXAMPLES = [
 ]
 
 
-@pytest.mark.parametrize("example", SEED_EXAMPLES)
-def test_the_seed_examples_pass(example):
+def as_submitted(example):
     job = copy.deepcopy(example)
     if "YOUR_" in str(job):
         set_image(job, "us-central1-docker.pkg.dev/p/r/i:xrt")
+    return job
+
+
+def test_the_seed_pytorch_example_passes():
+    assert [str(f) for f in check_job(as_submitted(SEED_EXAMPLES[0]),
+                                      region="us-central1")] == []
+
+
+@pytest.mark.parametrize("example", SEED_EXAMPLES[1:])
+def test_the_seeds_unquoted_tpu_version_is_refused_as_gcloud_does_and_passes_quoted(example):
+    # The seed writes `tpuTfVersion: 2.11`: YAML reads a float, and gcloud's apitools decoding
+    # stops with "Expected type <class 'str'> for field tpuTfVersion, found 2.11".
+    job = as_submitted(example)
+    [finding] = check_job(job, region="us-central1")
+    assert finding.path == "trainingInput.workerConfig.tpuTfVersion"
+    assert "is a number, the API wants a string" in finding.problem
+    assert finding.fix == 'write it in quotes: "2.11"'
+    job["trainingInput"]["workerConfig"]["tpuTfVersion"] = "2.11"
+    assert check_job(job, region="us-central1") == []
+
+
+def pool(machine_spec):
+    return {"machineSpec": machine_spec, "replicaCount": 1,
+            "containerSpec": {"imageUri": "us-central1-docker.pkg.dev/p/r/i:pjrt"}}
+
+
+# Vertex AI job files as Google's documentation and users write them; each must pass.
+DOCUMENTED_VERTEX_JOBS = {
+    # pytorch/xla issue #8588: a user's working v5e job, one host of 8 chips.
+    "pytorch-xla-8588-v5e-8": {"workerPoolSpecs": [pool(
+        {"machineType": "ct5lp-hightpu-8t", "tpuTopology": "2x4"})]},
+    # Vertex AI, "Configure compute resources for custom training", TPU VMs: the machine type
+    # names the TPU, a topology gives the slice (4x4 on 4-chip hosts: 4 hosts), no
+    # acceleratorType.
+    "vertex-docs-v5e-4x4": {"workerPoolSpecs": [pool(
+        {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "4x4"})]},
+    "vertex-docs-v5e-1t": {"workerPoolSpecs": [pool(
+        {"machineType": "ct5lp-hightpu-1t", "tpuTopology": "1x1"})]},
+    # The same page's v6e machine types (ct6e-standard-1t/4t/8t), which have no
+    # acceleratorType value in the API at all.
+    "vertex-docs-v6e-4t": {"workerPoolSpecs": [pool(
+        {"machineType": "ct6e-standard-4t", "tpuTopology": "2x2"})]},
+    # Vertex AI, "Create custom training jobs", gcloud tab: the --config file's
+    # workerPoolSpecs is one mapping, no "-" (apitools reads it as a list of one).
+    "vertex-docs-config-single-mapping": {"workerPoolSpecs": pool(
+        {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2"})},
+    # An acceleratorType that agrees with the machine type is fine too.
+    "v5e-with-its-accelerator-type": {"workerPoolSpecs": [pool(
+        {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2",
+         "acceleratorType": "TPU_V5_LITEPOD"})]},
+    # CustomJobSpec.scheduling.timeout is a google.protobuf.Duration: seconds with an "s"
+    # ("3.5s" in the API reference); 7 days, the default, written out.
+    "vertex-docs-timeout-in-seconds": {"workerPoolSpecs": [pool(
+        {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2"})],
+        "scheduling": {"timeout": "604800s"}},
+    # gcloud reads an empty value as a field left out.
+    "empty-accelerator-type": {"workerPoolSpecs": [pool(
+        {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2", "acceleratorType": None})]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED_VERTEX_JOBS))
+def test_documented_vertex_jobs_pass(name):
+    job = copy.deepcopy(DOCUMENTED_VERTEX_JOBS[name])
     assert [str(f) for f in check_job(job, region="us-central1")] == []
+    assert check_pairing(job, PJRT_BASE) == []
+
+
+def documented(name, change):
+    job = copy.deepcopy(DOCUMENTED_VERTEX_JOBS[name])
+    change(job)
+    return job
+
+
+def machine_of(job):
+    return job["workerPoolSpecs"][0]["machineSpec"]
+
+
+# What gcloud or the API refuses, each with the field and the fix.
+@pytest.mark.parametrize("job, path, text", [
+    (documented("vertex-docs-timeout-in-seconds", lambda j: j["scheduling"].update(
+        timeout="7d")), "scheduling.timeout", "'7d' is not a duration the API reads"),
+    (documented("vertex-docs-timeout-in-seconds", lambda j: j["scheduling"].update(
+        timeout=604800)), "scheduling.timeout", "is a number, the API wants a string"),
+    (documented("vertex-docs-v5e-4x4", lambda j: j.update(serviceAccount=42)),
+     "serviceAccount", 'is a number, the API wants a string; fix: write it in quotes: "42"'),
+    (documented("vertex-docs-v5e-4x4", lambda j: machine_of(j).update(tpuTopology=22)),
+     "workerPoolSpecs[0].machineSpec.tpuTopology", "is a number, the API wants a string"),
+    (documented("pytorch-xla-8588-v5e-8", lambda j: machine_of(j).update(tpuTopology="2x2")),
+     "workerPoolSpecs[0].machineSpec.tpuTopology",
+     "2x2 has 4 chips, not a whole number of ct5lp-hightpu-8t hosts of 8 chips"),
+    (documented("vertex-docs-v5e-4x4", lambda j: machine_of(j).update(tpuTopology="4by4")),
+     "workerPoolSpecs[0].machineSpec.tpuTopology", "'4by4' is not a topology"),
+    (documented("vertex-docs-v6e-4t", lambda j: machine_of(j).update(
+        acceleratorType="TPU_V5_LITEPOD")), "workerPoolSpecs[0].machineSpec.acceleratorType",
+     "ct6e-standard-4t carries TPU v6e, not TPU_V5_LITEPOD"),
+    (documented("vertex-docs-v6e-4t", lambda j: machine_of(j).pop("tpuTopology")),
+     "workerPoolSpecs[0].machineSpec.tpuTopology", "fix: set tpuTopology: 2x2 (one host)"),
+    (documented("vertex-docs-config-single-mapping", lambda j: j["workerPoolSpecs"][
+        "machineSpec"].update(tpuTopology="3x3")),
+     "workerPoolSpecs.machineSpec.tpuTopology", "3x3 has 9 chips"),
+    (documented("vertex-docs-config-single-mapping", lambda j: j["workerPoolSpecs"].update(
+        replicaCount="one")), "workerPoolSpecs.replicaCount", "the API wants a whole number"),
+])
+def test_what_gcloud_or_the_api_refuses_is_refused(job, path, text):
+    errors = [f for f in check_job(job) if f.level == "error"]
+    assert any(f.path == path and text in str(f) for f in errors), [str(f) for f in errors]
+
+
+def test_a_single_pool_mapping_gets_the_image_and_arguments(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"workerPoolSpecs": {"machineSpec": {
+        "machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2"}, "replicaCount": 1}}))
+    out = tmp_path / "rendered.yaml"
+    result = subprocess.run([sys.executable, "-m", "jobspec", "check", str(job), "--image",
+                             "us-central1-docker.pkg.dev/p/r/i:pjrt", "--container-args",
+                             "--lr=0.1 --job_dir=gs://b/j", "--write", str(out)],
+                            cwd=str(REPO), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    container = yaml.safe_load(out.read_text())["workerPoolSpecs"]["containerSpec"]
+    assert container == {"imageUri": "us-central1-docker.pkg.dev/p/r/i:pjrt",
+                         "args": ["--lr=0.1", "--job_dir=gs://b/j"]}
 
 
 def paths_in(value, path=""):

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 from hypothesis import settings
@@ -110,13 +110,20 @@ class _Cloud:
         self.api.stop()
 
 
-def make_tpu_sysfs(root: Path, device_id: str = "0x005e", chips: int = 4) -> Path:
-    """A fake ``/sys/bus/pci/devices`` with ``chips`` Google TPU functions under ``root``."""
-    for index in range(chips):
+GVNIC = "0x0042"  # Google's network card, on VMs with and without TPUs
+
+
+def make_tpu_sysfs(root: Path, device_id: str = "0x005e", chips: int = 4,
+                   others: Sequence[str] = (GVNIC,)) -> Path:
+    """A fake ``/sys/bus/pci/devices`` under ``root``: ``chips`` Google PCI functions of
+    ``device_id`` (a TPU by default) after Google devices of the ids ``others`` (a gVNIC, as
+    on every TPU VM)."""
+    ids = list(others) + [device_id] * chips
+    for index, pci_id in enumerate(ids):
         device = root / "sys" / "bus" / "pci" / "devices" / "0000:00:{:02x}.0".format(4 + index)
         device.mkdir(parents=True)
         (device / "vendor").write_text("0x1ae0\n")
-        (device / "device").write_text(device_id + "\n")
+        (device / "device").write_text(pci_id + "\n")
     return root
 
 

@@ -1,7 +1,10 @@
 """TPU VM (Vertex AI, GKE, a TPU VM you ssh into): the TPU chips are local to this machine.
 
-Detected by local TPU chips: PCI devices of Google's vendor id 0x1ae0 under
-``/sys/bus/pci/devices``, or ``/dev/accel*``, or numbered ``/dev/vfio/N`` entries. When the
+Detected by local TPU chips: PCI devices of Google's vendor id 0x1ae0 with a TPU device id
+(the ids torch_xla 2.9 counts) under ``/sys/bus/pci/devices``, or ``/dev/accel*``, or numbered
+``/dev/vfio/N`` entries. Google makes other PCI devices too, on machines without TPUs: the
+gVNIC network card (``1ae0:0042``, on every C3/N4/C4 VM) and the Persistent Disk NVMe
+controller (``1ae0:001f``); they and any id nobody knows are never counted as chips. When the
 environment says TPUs are expected (``TPU_ACCELERATOR_TYPE``, ``TPU_WORKER_ID``,
 ``TPU_WORKER_HOSTNAMES``, or a TPU machine in Vertex's ``CLUSTER_SPEC``) but no chip is
 visible, detection fails loudly instead of letting the job fall back to the CPU.
@@ -17,8 +20,11 @@ from launcher.job_env import JobEnvironment
 from launcher.platforms.base import TPU_VM, Platform
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
-# PCI device ids of TPU chips (PLATFORM.md section 4).
-TPU_PCI_DEVICES = {"0x0027": "v2/v3", "0x005e": "v4", "0x0063": "v5e", "0x006f": "v6e"}
+# PCI device ids of TPU chips: torch_xla/_internal/tpu.py of v2.9.0 counts exactly these.
+TPU_PCI_DEVICES = {"0x0027": "v2/v3", "0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e",
+                   "0x006f": "v6e", "0x0056": "device 0x0056", "0x0076": "TPU7x"}
+# Google PCI devices that are not TPUs.
+OTHER_GOOGLE_DEVICES = {"0x0042": "gVNIC network card", "0x001f": "Persistent Disk NVMe"}
 
 
 def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
@@ -30,21 +36,24 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
     hints = _tpu_hints(job_env)
     if not chips:
         if hints:
+            others = other_google_devices(root)
             raise ConfigError(
-                "{} says this job has TPUs, but no TPU chip is visible (no PCI vendor {} under "
-                "{}, no /dev/accel*, no /dev/vfio/N)".format(
-                    hints[0], GOOGLE_PCI_VENDOR, os.path.join(root, "sys/bus/pci/devices")),
+                "{} says this job has TPUs, but no TPU chip is visible (no TPU device of PCI "
+                "vendor {} under {}{}, no /dev/accel*, no /dev/vfio/N)".format(
+                    hints[0], GOOGLE_PCI_VENDOR, os.path.join(root, "sys/bus/pci/devices"),
+                    "; only " + ", ".join(others) if others else ""),
                 "give the container the TPU devices (docker run --privileged or --device), or "
                 "remove the TPU settings to train on the CPU")
         return None
     facts = [("TPU chips", "{} ({})".format(len(chips), ", ".join(sorted(set(chips)))))]
     facts.extend(("hint", hint) for hint in hints)
+    facts.extend(("not a TPU", other) for other in other_google_devices(root))
     return Platform(kind=TPU_VM, description="TPU VM with local chips", facts=tuple(facts))
 
 
 def find_tpu_chips(root: str) -> Tuple[str, ...]:
     """One label per local TPU chip seen under ``root`` (e.g. ``"v4"``, ``"/dev/accel0"``)."""
-    chips = _pci_chips(os.path.join(root, "sys", "bus", "pci", "devices"))
+    chips = _pci_chips(root)
     if chips:
         return chips
     dev = os.path.join(root, "dev")
@@ -56,14 +65,29 @@ def find_tpu_chips(root: str) -> Tuple[str, ...]:
     return tuple(vfio)
 
 
-def _pci_chips(devices_dir: str) -> Tuple[str, ...]:
-    chips: List[str] = []
+def other_google_devices(root: str) -> Tuple[str, ...]:
+    """Google PCI devices under ``root`` that are not TPU chips, each named with its id
+    (``"1ae0:0042 (gVNIC network card)"``; an unknown id says so)."""
+    return tuple("{}:{} ({})".format(GOOGLE_PCI_VENDOR[2:], device_id[2:],
+                                     OTHER_GOOGLE_DEVICES.get(device_id, "unknown, not a TPU "
+                                                              "torch_xla knows"))
+                 for device_id in _google_device_ids(root) if device_id not in TPU_PCI_DEVICES)
+
+
+def _pci_chips(root: str) -> Tuple[str, ...]:
+    return tuple("TPU " + TPU_PCI_DEVICES[device_id] for device_id in _google_device_ids(root)
+                 if device_id in TPU_PCI_DEVICES)
+
+
+def _google_device_ids(root: str) -> List[str]:
+    """The device ids of Google's PCI devices under ``root``, in bus order."""
+    devices_dir = os.path.join(root, "sys", "bus", "pci", "devices")
+    ids = []
     for device in sorted(_listdir(devices_dir)):
-        path = os.path.join(devices_dir, device)
-        if _read(os.path.join(path, "vendor")) == GOOGLE_PCI_VENDOR:
-            device_id = _read(os.path.join(path, "device"))
-            chips.append("TPU " + TPU_PCI_DEVICES.get(device_id, "device " + device_id))
-    return tuple(chips)
+        device_path = os.path.join(devices_dir, device)
+        if _read(os.path.join(device_path, "vendor")) == GOOGLE_PCI_VENDOR:
+            ids.append(_read(os.path.join(device_path, "device")))
+    return ids
 
 
 def _tpu_hints(job_env: JobEnvironment) -> List[str]:

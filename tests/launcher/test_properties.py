@@ -6,6 +6,8 @@ permission denied, garbage, never created, still creating).
 Properties, for every input:
 - the exit code is one the README documents for the situation, never 70 (a launcher bug);
 - every line is the launcher's own; a failure ends in one error line and one ``HINT:`` line;
+- no fake TPU: the trainer gets ``PJRT_DEVICE=TPU`` only from the user or from visible TPU
+  chips, never from other Google PCI devices (a gVNIC, an NVMe disk, an unknown id);
 - no silent CPU: when the job asks for a TPU (a TPU node, a TPU machine in ``TF_CONFIG`` or
   ``CLUSTER_SPEC``, visible chips), the trainer never gets ``PJRT_DEVICE=CPU`` unless the user
   set exactly that;
@@ -22,7 +24,14 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 import fake_cloud_tpu as fake
-from conftest import SEED_TF_CONFIG, SEED_TPU_CONFIG, RecordingExec, examples, make_tpu_sysfs
+from conftest import (
+    GVNIC,
+    SEED_TF_CONFIG,
+    SEED_TPU_CONFIG,
+    RecordingExec,
+    examples,
+    make_tpu_sysfs,
+)
 from launcher.cli import main, parse_command_line
 from launcher.errors import (
     EX_CONFIG,
@@ -78,7 +87,7 @@ ENVIRONMENT = {
     "LAUNCHER_XLA_RUNTIME": st.one_of(often(["xrt", "XRT"]), often(["pjrt", "cuda"]), anything),
     "LAUNCHER_TPU_WAIT_TIMEOUT": seconds,
     "LAUNCHER_TPU_LOST_GRACE": seconds,
-    "LAUNCHER_HOST_ROOT": often(["CHIPS", "/nonexistent", "", "relative/dir"]),
+    "LAUNCHER_HOST_ROOT": often(["CHIPS", "NO_CHIPS", "/nonexistent", "", "relative/dir"]),
 }
 # Each input is a scenario the platforms really produce, with up to three variables
 # perturbed or added: purely random environments almost never get past the first check.
@@ -93,7 +102,8 @@ PERTURBATIONS = st.lists(st.sampled_from(sorted(ENVIRONMENT)), max_size=3, uniqu
     lambda chosen: st.fixed_dictionaries({name: ENVIRONMENT[name] for name in chosen}))
 OPTIONS = st.lists(st.one_of(
     st.sampled_from(["--dry-run", "--xla-runtime=xrt", "--xla-runtime=pjrt", "--xla-runtime",
-                     "--trainer=", "--host-root=CHIPS", "--tpu-wait-timeout=1"]),
+                     "--trainer=", "--host-root=CHIPS", "--host-root=NO_CHIPS",
+                     "--tpu-wait-timeout=1"]),
     st.builds("{}={}".format, st.sampled_from(["--trainer", "--xla-runtime",
                                                "--tpu-wait-timeout", "--tpu-lost-grace",
                                                "--host-root"]), anything)), max_size=3)
@@ -127,7 +137,15 @@ def emulated_api(metadata_server, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chips(tmp_path_factory):
-    return str(make_tpu_sysfs(tmp_path_factory.mktemp("host")))
+    """A host with 4 TPU chips, its gVNIC, and a Persistent Disk NVMe controller."""
+    return str(make_tpu_sysfs(tmp_path_factory.mktemp("host"), others=(GVNIC, "0x001f")))
+
+
+@pytest.fixture(scope="module")
+def no_chips(tmp_path_factory):
+    """A host with Google PCI devices but no TPU: a gVNIC, an NVMe disk, an unknown id."""
+    return str(make_tpu_sysfs(tmp_path_factory.mktemp("cpu-host"), "0x0099", chips=1,
+                              others=(GVNIC, "0x001f")))
 
 
 def visible(chips, environ, argv):
@@ -174,12 +192,16 @@ def waits_long(environ, argv):
 @example(scenario={"CLUSTER_SPEC": VERTEX_TPU, "LAUNCHER_HOST_ROOT": "CHIPS"},
          changes={"TPU_ACCELERATOR_TYPE": "0\x1e0"}, options=[], trainer_args=[], command=[])
 @example(scenario={}, changes={}, options=[], trainer_args=["-h"], command=[])
-def test_every_input_ends_the_documented_way(emulated_api, chips, scenario, changes, options,
-                                             trainer_args, command):
-    environ = {name: value.replace("CHIPS", chips)
-               for name, value in dict(scenario, **changes).items()}
+@example(scenario={"CLUSTER_SPEC": VERTEX_CPU, "LAUNCHER_HOST_ROOT": "NO_CHIPS"}, changes={},
+         options=[], trainer_args=[], command=[])
+def test_every_input_ends_the_documented_way(emulated_api, chips, no_chips, scenario, changes,
+                                             options, trainer_args, command):
+    def hosts(text):
+        return text.replace("NO_CHIPS", no_chips).replace("CHIPS", chips)
+
+    environ = {name: hosts(value) for name, value in dict(scenario, **changes).items()}
     environ.setdefault("LAUNCHER_TPU_WAIT_TIMEOUT", "1")  # not the default 20 minutes
-    argv = [arg.replace("CHIPS", chips) for arg in options] + trainer_args + command
+    argv = [hosts(arg) for arg in options] + trainer_args + command
     assume(not waits_long(environ, argv))
     execvpe, err = RecordingExec(), io.StringIO()
     with redirect_stderr(err), redirect_stdout(io.StringIO()):
@@ -195,6 +217,8 @@ def test_every_input_ends_the_documented_way(emulated_api, chips, scenario, chan
         assert execvpe.calls == []
         return
     for _, _, env in execvpe.calls:
+        if env.get("PJRT_DEVICE") == "TPU" and not environ.get("PJRT_DEVICE", "").strip():
+            assert visible(chips, environ, argv), lines  # never a TPU that is not there
         if env.get("PJRT_DEVICE") == "CPU" and asks_for_tpu(environ, argv, chips):
             assert environ.get("PJRT_DEVICE", "").strip().upper() == "CPU", lines
         if env.get("XRT_TPU_CONFIG") and not environ.get("XRT_TPU_CONFIG"):

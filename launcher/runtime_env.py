@@ -9,8 +9,13 @@ tpu-vm      pjrt      ``PJRT_DEVICE=TPU``
 tpu-vm      xrt       ``XRT_TPU_CONFIG=localservice;0;localhost:51011`` (torch_xla 1.x)
 local       pjrt      ``PJRT_DEVICE=CPU``
 local       xrt       ``XRT_DEVICE_MAP``/``XRT_WORKERS`` for the XRT CPU device
-explicit    any       nothing new, except ``XRT_TPU_CONFIG`` derived from ``TPU_IP_ADDRESS``
+explicit    pjrt      nothing new
+explicit    xrt       ``XRT_TPU_CONFIG`` derived from ``TPU_IP_ADDRESS``; for
+                      ``PJRT_DEVICE=CPU``, the XRT CPU device's two variables
 ==========  ========  ===============================================================
+
+torch_xla 1.11 (the XRT image) does not know ``PJRT_DEVICE`` at all; a later 1.x takes
+``PJRT_DEVICE=CPU`` over the XRT variables, so exporting both gives the CPU either way.
 
 Variables the user set are never overwritten: they are returned as ``kept``.
 """
@@ -95,6 +100,8 @@ def _exports(platform: Platform, runtime: XlaRuntime, endpoint: Optional[Endpoin
     elif runtime.name == XRT and "TPU_IP_ADDRESS" in settings:
         address = parse_endpoint(settings["TPU_IP_ADDRESS"], "TPU_IP_ADDRESS", TPU_NODE_PORT)
         return {"XRT_TPU_CONFIG": xrt_tpu_config(address)}
+    elif runtime.name == XRT and settings.get("PJRT_DEVICE") == "CPU":
+        return {"XRT_DEVICE_MAP": XRT_CPU_DEVICE_MAP, "XRT_WORKERS": XRT_CPU_WORKERS}
     return {}
 
 

@@ -50,6 +50,15 @@ def test_user_settings_are_kept_not_overwritten():
     assert env.exports == () and env.kept == (("PJRT_DEVICE", "CPU"),)
 
 
+def test_cpu_on_purpose_with_xrt_gets_the_xrt_cpu_device():
+    # torch_xla 1.11 has no PJRT: PJRT_DEVICE=CPU alone left it with "Missing XLA
+    # configuration". The variables of the XRT CPU device are exported next to it.
+    platform = Platform(EXPLICIT, "x", user_settings=(("PJRT_DEVICE", "CPU"),))
+    env = runtime_env(platform, XRT)
+    assert dict(env.exports) == dict(runtime_env(Platform(LOCAL, "x"), XRT).exports)
+    assert env.kept == (("PJRT_DEVICE", "CPU"),)
+
+
 def test_explicit_tpu_ip_address_with_xrt_derives_xrt_tpu_config():
     platform = Platform(EXPLICIT, "x", user_settings=(("TPU_IP_ADDRESS", "10.1.2.3"),))
     env = runtime_env(platform, XRT)

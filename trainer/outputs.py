@@ -7,6 +7,13 @@ Layout with ``--job_dir DIR`` (local or gs://): ``DIR/metrics.jsonl``, ``DIR/sum
 ``compile_cache``). Without it, Vertex AI's ``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` (with
 ``compile-cache/`` inside) and ``AIP_TENSORBOARD_LOG_DIR`` are used.
 
+A hyperparameter-tuning trial (``task.trial`` in ``TF_CONFIG`` or ``CLUSTER_SPEC``) writes
+under ``DIR/TRIAL/``: the platform passes every trial the same ``--job-dir`` and its
+documentation tells trainers to append the trial id, so that trials neither overwrite nor
+resume from each other (Vertex's ``AIP_*`` dirs are per trial already). On a training platform
+(``TF_CONFIG`` or ``CLUSTER_SPEC`` set) a run with neither is refused: it would leave no model
+and restart at step 0 after every preemption.
+
 For gs:// the metrics file and event files are kept in a local working folder and uploaded
 whole (atomically) at every ``flush()``: per epoch, at checkpoints and at the end.
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +31,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from trainer.errors import StorageError
+from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.storage import Directory, open_dir
 
 METRICS = "metrics.jsonl"
@@ -42,14 +50,53 @@ class OutputPaths:
 
     @classmethod
     def resolve(cls, job_dir: Optional[str], environ: Mapping[str, str]) -> "OutputPaths":
+        """The outputs of a run with ``--job_dir`` ``job_dir`` in ``environ`` (module
+        docstring); a ``TrainerError`` (exit 64) on a platform with nowhere to write."""
         if job_dir:
             base = job_dir.rstrip("/")
+            trial = trial_id(environ)
+            if trial:
+                base += "/" + trial
             return cls(base, base + "/checkpoints", base + "/tensorboard",
                        base + "/compile-cache")
         checkpoints = environ.get("AIP_CHECKPOINT_DIR") or None
-        return cls(environ.get("AIP_MODEL_DIR") or None, checkpoints,
-                   environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
-                   checkpoints.rstrip("/") + "/compile-cache" if checkpoints else None)
+        paths = cls(environ.get("AIP_MODEL_DIR") or None, checkpoints,
+                    environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
+                    checkpoints.rstrip("/") + "/compile-cache" if checkpoints else None)
+        platform = [name for name in _PLATFORM_VARIABLES if environ.get(name)]
+        if platform and paths.model_dir is None and paths.checkpoint_dir is None:
+            raise TrainerError(
+                "{} is set (a training platform) but there is no --job_dir and no "
+                "AIP_MODEL_DIR/AIP_CHECKPOINT_DIR: no model would be kept, and every restart "
+                "would begin at step 0".format(platform[0]),
+                "pass --job_dir=gs://BUCKET/DIR (AI Platform: --job-dir), or set the Vertex AI "
+                "job's baseOutputDirectory.outputUriPrefix", EX_USAGE)
+        return paths
+
+
+# Set by the training platforms: legacy AI Platform and Vertex AI.
+_PLATFORM_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
+_TRIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def trial_id(environ: Mapping[str, str]) -> Optional[str]:
+    """The hyperparameter-tuning trial this replica runs (``task.trial`` of ``TF_CONFIG`` or
+    ``CLUSTER_SPEC``), or None outside tuning. A trial id that is not a plain name is a
+    ``TrainerError``: it becomes a folder name."""
+    for name in _PLATFORM_VARIABLES:
+        try:
+            task = json.loads(environ.get(name) or "{}").get("task") or {}
+            trial = task.get("trial")
+        except (ValueError, AttributeError):  # malformed: the launcher reports it
+            continue
+        if trial in (None, ""):
+            continue
+        text = str(trial)
+        if isinstance(trial, bool) or not _TRIAL.fullmatch(text):
+            raise TrainerError("{}'s task.trial {!r} is not a trial id".format(name, trial),
+                               "a tuning trial's id is a number such as \"3\"", EX_USAGE)
+        return text
+    return None
 
 
 class RunOutputs:

@@ -6,7 +6,7 @@ import tempfile
 import pytest
 
 from trainer.config import normalize_argv
-from trainer.errors import StorageError
+from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.outputs import METRICS, OutputPaths, RunOutputs
 
 
@@ -18,6 +18,47 @@ def test_job_dir_layout_and_vertex_fallback():
     assert OutputPaths.resolve(None, vertex) == OutputPaths(
         "gs://b/out/model", "gs://b/out/ckpt", "gs://b/out/logs", "gs://b/out/ckpt/compile-cache")
     assert OutputPaths.resolve("gs://mine", vertex).model_dir == "gs://mine"
+
+
+LEGACY_TRIAL = json.dumps({"cluster": {"master": ["127.0.0.1:2222"]}, "environment": "cloud",
+                           "task": {"type": "master", "index": 0, "trial": "3"}})
+VERTEX_TRIAL = json.dumps({"cluster": {"workerpool0": ["h:2222"]}, "environment": "cloud",
+                           "task": {"type": "workerpool0", "index": 0, "trial": 7}})
+
+
+@pytest.mark.parametrize("environ, trial", [({"TF_CONFIG": LEGACY_TRIAL}, "3"),
+                                            ({"CLUSTER_SPEC": VERTEX_TRIAL}, "7")])
+def test_each_tuning_trial_writes_under_its_own_id(environ, trial):
+    # The platform passes every trial the same --job-dir: without the trial id they overwrote
+    # each other's metrics and resumed from each other's checkpoints.
+    paths = OutputPaths.resolve("gs://b/j", environ)
+    assert paths == OutputPaths("gs://b/j/" + trial, "gs://b/j/{}/checkpoints".format(trial),
+                                "gs://b/j/{}/tensorboard".format(trial),
+                                "gs://b/j/{}/compile-cache".format(trial))
+
+
+def test_no_trial_and_an_empty_trial_write_to_the_job_dir_itself():
+    untuned = json.dumps({"task": {"type": "master", "index": 0, "trial": ""}})
+    assert OutputPaths.resolve("gs://b/j", {"TF_CONFIG": untuned}).model_dir == "gs://b/j"
+
+
+@pytest.mark.parametrize("trial", ["../other", "a/b", True, ".hidden"])
+def test_a_trial_id_that_is_no_folder_name_is_refused(trial):
+    environ = {"TF_CONFIG": json.dumps({"task": {"trial": trial}})}
+    with pytest.raises(TrainerError, match="task.trial") as raised:
+        OutputPaths.resolve("gs://b/j", environ)
+    assert raised.value.exit_code == EX_USAGE
+
+
+@pytest.mark.parametrize("name", ["TF_CONFIG", "CLUSTER_SPEC"])
+def test_a_platform_run_with_nowhere_to_write_is_a_usage_error(name):
+    with pytest.raises(TrainerError) as raised:
+        OutputPaths.resolve(None, {name: LEGACY_TRIAL})
+    assert raised.value.exit_code == EX_USAGE
+    assert raised.value.message.startswith(name + " is set")
+    assert "--job_dir" in raised.value.hint and "baseOutputDirectory" in raised.value.hint
+    # Off the platforms, no job dir is fine: a local run that keeps nothing.
+    assert OutputPaths.resolve(None, {}) == OutputPaths()
 
 
 def test_platform_spellings_are_normalised():

@@ -1,6 +1,11 @@
 """``CheckpointStore``: numbered checkpoints in a job-dir folder, written atomically, the newest
 K kept, and the newest *valid* one loaded at start (a truncated or corrupt file is skipped with
-a warning, and the one before it used)."""
+a warning, and the one before it used).
+
+Two rules keep a run's work: a checkpoint that cannot be *read* (storage unavailable or
+forbidden: ``StorageError``, exit 74) stops the run instead of counting as corrupt, because
+starting over at step 0 would then write over that run; and saving step N never deletes a
+checkpoint of a later step, whatever happened before."""
 
 from __future__ import annotations
 
@@ -45,20 +50,29 @@ class CheckpointStore:
         torch.save(state, buffer)
         name = checkpoint_name(step)
         self.directory.write_bytes(name, buffer.getvalue())
-        for old in self.steps()[:-self.keep]:
+        # Rotation among this step and earlier ones only: a later checkpoint is another
+        # run's progress (or this one's, if its restore went wrong), never ours to delete.
+        for old in [earlier for earlier in self.steps() if earlier <= step][:-self.keep]:
             self.directory.delete(checkpoint_name(old))
         return self.uri(step)
 
     def load_latest(self) -> Optional[Tuple[int, Dict[str, Any]]]:
-        """The newest checkpoint that loads, as (step, state), or None when there is none."""
+        """The newest checkpoint that loads, as (step, state), or None when there is none.
+        A file whose bytes are not a checkpoint is skipped with a warning; a file that is
+        gone is skipped too; a ``StorageError`` reading one ends the run (exit 74)."""
         for step in reversed(self.steps()):
             name = checkpoint_name(step)
             try:
-                state = _load(self.directory.read_bytes(name))
+                data = self.directory.read_bytes(name)
+            except FileNotFoundError:  # deleted since it was listed
+                log.warning("skipping vanished checkpoint %s", self.directory.join(name))
+                continue
+            try:
+                state = _load(data)
                 if not isinstance(state, dict) or "step" not in state:
                     raise ValueError("not a trainer checkpoint")
                 return step, state
-            except Exception as error:  # any unreadable file: fall back to the previous one
+            except Exception as error:  # corrupt bytes: fall back to the previous one
                 log.warning("skipping unreadable checkpoint %s (%s: %s)",
                             self.directory.join(name), type(error).__name__, error)
         return None

@@ -120,8 +120,15 @@ class LocalDirectory(Directory):
                                "check free space and permissions of the job dir")
 
     def read_bytes(self, name: str) -> bytes:
-        with open(os.path.join(self.path, name), "rb") as handle:
-            return handle.read()
+        path = os.path.join(self.path, name)
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            raise
+        except OSError as error:  # a permission or device error: not the file's content
+            raise StorageError("cannot read {}: {}".format(path, error.strerror),
+                               "check the permissions of the job dir")
 
     def exists(self, name: str) -> bool:
         return os.path.exists(os.path.join(self.path, name))
@@ -200,8 +207,13 @@ class GcsDirectory(Directory):
 
     def list(self, prefix: str = "") -> List[str]:
         start = self._key(prefix.rstrip("/") + "/" if prefix else "")
-        blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
-            self.bucket_name, prefix=start, **policy)), prefix)
+        try:
+            blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
+                self.bucket_name, prefix=start, **policy)), prefix)
+        except FileNotFoundError:  # listing answers 404 only when the bucket is missing
+            raise StorageError("bucket gs://{} does not exist".format(self.bucket_name),
+                               "create it (gcloud storage buckets create gs://{}) or fix the "
+                               "path".format(self.bucket_name))
         base = len(self.prefix) + 1 if self.prefix else 0
         return sorted(blob.name[base:] for blob in blobs
                       if "/" not in blob.name[len(start):])

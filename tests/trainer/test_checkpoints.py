@@ -43,3 +43,28 @@ def test_mismatch_names_the_first_differing_parameter():
     assert mismatch(model, {"model": torch.nn.Sequential(torch.nn.Linear(4, 5)).state_dict()}
                     ) == "0.weight has shape (5, 4), this model needs (3, 4)"
     assert mismatch(model, {"step": 3}) == "it holds no model state"
+
+
+def test_saving_an_earlier_step_never_deletes_a_later_checkpoint(tmp_path):
+    # A run that restarted at step 0 (its restore failed) saved ckpt-100 and rotated by step
+    # number: the job's ckpt-1000/2000/3000 stayed, its own new checkpoint was deleted.
+    store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=3)
+    for step in (1000, 2000, 3000):
+        store.save(step, state(step))
+    for step in (100, 200, 300, 400):
+        store.save(step, state(step))
+    assert store.steps() == [200, 300, 400, 1000, 2000, 3000]
+
+
+def test_a_checkpoint_that_cannot_be_read_is_a_storage_error_not_corrupt(tmp_path):
+    import pytest
+
+    from trainer.errors import StorageError
+
+    store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=3)
+    store.save(5, state(5))
+    # An I/O error that is no "file not found" (root reads files without permissions, so a
+    # folder where the newest file should be stands in for EACCES or EIO).
+    (tmp_path / checkpoint_name(9)).mkdir()
+    with pytest.raises(StorageError, match="cannot read .*ckpt-000000009.pt"):
+        store.load_latest()

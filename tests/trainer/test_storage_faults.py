@@ -87,3 +87,34 @@ def test_an_outage_of_any_write_is_exit_74_in_one_line(faulty_gcs, storage_major
         ": HTTP 503 (InvalidResponse)")
     assert WRITES[kind] in error
     assert hint.startswith("HINT: ") and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("status", [503, 403], ids=["outage", "forbidden"])
+def test_a_checkpoint_that_cannot_be_read_stops_the_run_and_deletes_nothing(
+        faulty_gcs, storage_major, status):
+    # Counted as "corrupt", an unreadable checkpoint made the run start over at step 0 and
+    # rotate the job's newer checkpoints away.
+    gcs, proxy = faulty_gcs
+    result, job = train(proxy, gcs, storage_major)
+    assert result.returncode == 0, result.stderr
+    before = {blob.name: blob.md5_hash for blob in gcs.list_blobs(prefix="job/checkpoints/")}
+    proxy.add(Rule(WRITES["checkpoint"], methods=("GET",), status=status))
+    result, _ = train(proxy, gcs, storage_major, deadline="2")
+    assert result.returncode == 74, result.stderr
+    error = result.stderr.strip().splitlines()[-2]
+    assert error.startswith("StorageError: ") and "ckpt-000000004.pt" in error, error
+    assert "Traceback" not in result.stderr and "skipping" not in result.stderr
+    after = {blob.name: blob.md5_hash for blob in gcs.list_blobs(prefix="job/checkpoints/")}
+    assert after == before
+
+
+def test_a_job_dir_in_a_missing_bucket_is_exit_74_naming_it(gcs, storage_major):
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.mnist", "--job_dir=gs://no-such-bucket-here/job"] + RUN,
+        cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU", PYTHONPATH=storage_major,
+                                         TRAINER_GCS_RETRY_DEADLINE="2"),
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 74, result.stderr
+    error, hint = result.stderr.strip().splitlines()[-2:]
+    assert error == "StorageError: bucket gs://no-such-bucket-here does not exist", error
+    assert hint.startswith("HINT: create it") and "Traceback" not in result.stderr

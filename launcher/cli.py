@@ -37,7 +37,14 @@ from launcher.errors import (
     TrainerExecError,
     UsageError,
 )
-from launcher.launch import DEFAULT_TRAINER, LaunchOptions, LaunchPlan, describe, plan_launch
+from launcher.launch import (
+    DEFAULT_TRAINER,
+    LaunchOptions,
+    LaunchPlan,
+    describe,
+    environment_changes,
+    plan_launch,
+)
 from launcher.report import format_command, printable, shell_exports
 from launcher.runtime import RUNTIMES
 from launcher.tpu_wait import WaitPolicy
@@ -76,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         for line in describe(plan):
             log(line)
         if options.dry_run:
-            print_dry_run(plan)
+            print_dry_run(plan, environ)
             return 0
         exec_trainer(plan, environ, execvpe)
         return 0  # only reached when execvpe is a test double
@@ -201,9 +208,13 @@ def interrupt_on_signals() -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def print_dry_run(plan: LaunchPlan) -> None:
-    """``export`` lines to ``eval`` in a shell, and the trainer command as a comment."""
-    for line in shell_exports(plan.env.exports):
+def print_dry_run(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
+    """``unset`` and ``export`` lines to ``eval`` in a shell, and the trainer command as a
+    comment."""
+    assignments, unset = environment_changes(plan, environ)
+    for name in unset:
+        print("unset {}".format(name))
+    for line in shell_exports(assignments):
         print(line)
     print("# trainer: {}".format(format_command(plan.command)))
     sys.stdout.flush()
@@ -212,8 +223,9 @@ def print_dry_run(plan: LaunchPlan) -> None:
 def exec_trainer(plan: LaunchPlan, environ: Mapping[str, str],
                  execvpe: Callable[..., None]) -> None:
     """Replace this process with the trainer (never a shell); returns only on failure."""
-    env: Dict[str, str] = dict(environ)
-    env.update(plan.env.exports)
+    assignments, unset = environment_changes(plan, environ)
+    env: Dict[str, str] = {name: value for name, value in environ.items() if name not in unset}
+    env.update(assignments)
     command = list(plan.command)
     sys.stdout.flush()
     sys.stderr.flush()

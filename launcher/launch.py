@@ -13,7 +13,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.address import Endpoint, parse_endpoint
 from launcher.errors import ConfigError, TpuApiError, UsageError
-from launcher.job_env import JobEnvironment
+from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms import detect_platform
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
 from launcher.report import format_assignments, format_command
@@ -72,6 +72,20 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
                 error.message), "check TPU_API_DISCOVERY_URL or report the API's response")
     return LaunchPlan(platform, runtime, endpoint, runtime_env(platform, runtime, endpoint),
                       command)
+
+
+def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
+                        ) -> Tuple[Tuple[Tuple[str, str], ...], Tuple[str, ...]]:
+    """How the trainer's environment differs from ``environ``: (assignments, names to unset).
+
+    A runtime variable set blank counts as unset (README), so it is unset for the trainer too:
+    a torch_xla that tests for its presence would take ``PJRT_DEVICE=`` as a choice of PJRT.
+    Kept settings reach the trainer as the launcher read and reported them (``PJRT_DEVICE``
+    trimmed and upper-cased); the exports come on top."""
+    unset = tuple(name for name in RUNTIME_VARIABLES
+                  if name in environ and not environ[name].strip())
+    kept = tuple((name, value) for name, value in plan.env.kept if environ.get(name) != value)
+    return kept + plan.env.exports, unset
 
 
 def resolve_tpu_node(node: TpuNodeRef, policy: WaitPolicy, log: Callable[[str], None]) -> str:

@@ -152,3 +152,15 @@ def test_help_is_printed_and_main_returns_0_without_starting_anything(flag, caps
     execvpe = RecordingExec()
     assert main([flag, "--lr=0.1"], {}, execvpe) == 0
     assert "--xla-runtime" in capsys.readouterr().out and execvpe.calls == []
+
+
+def test_runtime_variables_set_blank_are_unset_for_the_trainer_and_kept_ones_normalised(capsys):
+    execvpe = RecordingExec()
+    environ = {"PJRT_DEVICE": " cpu ", "XRT_TPU_CONFIG": " ", "TPU_IP_ADDRESS": ""}
+    assert main(["--xla-runtime=pjrt"], environ, execvpe) == 0
+    [(_, _, env)] = execvpe.calls
+    assert env["PJRT_DEVICE"] == "CPU"
+    assert "XRT_TPU_CONFIG" not in env and "TPU_IP_ADDRESS" not in env
+    assert main(["--dry-run", "--xla-runtime=pjrt"], environ, RecordingExec()) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["unset XRT_TPU_CONFIG", "unset TPU_IP_ADDRESS", "export PJRT_DEVICE=CPU"]

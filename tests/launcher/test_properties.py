@@ -179,7 +179,9 @@ def waits_long(environ, argv):
 # Cases found by earlier runs, kept: a NUL in an option; a --host-root flag that overrides
 # LAUNCHER_HOST_ROOT on a Vertex job without TPU; PJRT_DEVICE next to an XRT address on the
 # legacy platform (issue 17: two runtimes configured at once); a record separator in a value
-# the summary prints (once two log lines); -h first among the arguments (help, exit 0).
+# the summary prints (once two log lines); -h first among the arguments (help, exit 0); a CPU
+# host with only non-TPU Google devices; PJRT_DEVICE set empty next to a resolved TPU node
+# (make fuzz found it: the empty variable reached the trainer next to XRT_TPU_CONFIG).
 @example(scenario={"CLUSTER_SPEC": VERTEX_TPU, "LAUNCHER_HOST_ROOT": "CHIPS"}, changes={},
          options=["--host-root=\0"], trainer_args=[], command=[])
 @example(scenario={"CLUSTER_SPEC": VERTEX_TPU, "LAUNCHER_HOST_ROOT": "CHIPS"},
@@ -192,6 +194,10 @@ def waits_long(environ, argv):
 @example(scenario={"CLUSTER_SPEC": VERTEX_TPU, "LAUNCHER_HOST_ROOT": "CHIPS"},
          changes={"TPU_ACCELERATOR_TYPE": "0\x1e0"}, options=[], trainer_args=[], command=[])
 @example(scenario={}, changes={}, options=[], trainer_args=["-h"], command=[])
+@example(scenario={"TPU_CONFIG": json.dumps({"project": fake.PROJECT, "zone": fake.ZONE,
+                                             "tpu_node_name": "a"}),
+                   "TF_CONFIG": SEED_TF_CONFIG, "LAUNCHER_XLA_RUNTIME": "xrt"},
+         changes={"PJRT_DEVICE": ""}, options=[], trainer_args=[], command=[])
 @example(scenario={"CLUSTER_SPEC": VERTEX_CPU, "LAUNCHER_HOST_ROOT": "NO_CHIPS"}, changes={},
          options=[], trainer_args=[], command=[])
 def test_every_input_ends_the_documented_way(emulated_api, chips, no_chips, scenario, changes,

@@ -45,6 +45,7 @@ class ImageFolderSource(DataSource):
         self.val = _image_folder(datasets, os.path.join(data_dir, "val"), transforms.Compose([
             transforms.Resize(int(image_size * 256 / 224)), transforms.CenterCrop(image_size),
             transforms.ToTensor(), normalize]))
+        _same_classes(self.train, self.val, data_dir)
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_classes = len(self.train.classes)
@@ -61,6 +62,27 @@ class ImageFolderSource(DataSource):
         loader = DataLoader(self.val, self.eval_batch_size, shuffle=False,
                             num_workers=self.num_workers)
         return (pad_batch(x, y, self.eval_batch_size) for x, y in loader)
+
+
+def _same_classes(train, val, data_dir: str) -> None:
+    """DataError (65) unless train/ and val/ hold the same class folders: each ImageFolder
+    numbers its own folders in sorted order, so one missing or extra folder in val/ would
+    shift every label after it, silently."""
+    if train.class_to_idx == val.class_to_idx:
+        return
+    only_train = sorted(set(train.classes) - set(val.classes))
+    only_val = sorted(set(val.classes) - set(train.classes))
+    raise DataError(
+        "{}/train and {}/val have different class folders: {} only in train/, {} only in "
+        "val/".format(data_dir, data_dir, _some(only_train), _some(only_val)),
+        "give val/ exactly the class folders of train/ (labels are the folders' sorted order)")
+
+
+def _some(names: List[str]) -> str:
+    if not names:
+        return "none"
+    shown = ", ".join(names[:3])
+    return shown + (" and {} more".format(len(names) - 3) if len(names) > 3 else "")
 
 
 def _image_folder(datasets, path: str, transform):

@@ -39,6 +39,18 @@ def test_real_class_folders(tmp_path):
     assert summary["global_step"] == 2
     assert summary["final_top5"] == 1.0  # 3 classes: the top "5" is every class
 
+def test_train_and_val_with_different_class_folders_are_a_data_error(tmp_path):
+    # One missing folder in val/ used to shift every label after it, silently.
+    data = make_image_folder(tmp_path / "data")
+    (data / "val" / "class1").rename(data / "val" / "class9")
+    with pytest.raises(DataError) as raised:
+        imagenet.run(TrainConfig(data_dir=str(data), **SMALL), paths=OutputPaths())
+    assert raised.value.exit_code == 65
+    assert raised.value.message == (
+        "{0}/train and {0}/val have different class folders: class1 only in train/, class9 "
+        "only in val/".format(data))
+
+
 def test_bad_model_and_missing_folders_are_clear_errors(tmp_path):
     with pytest.raises(TrainerError, match="--model=resnet5 is not a supported model"):
         imagenet.run(TrainConfig(fake_data=True, **dict(SMALL, model="resnet5")))

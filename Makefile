@@ -16,13 +16,17 @@ BASE_IMAGE_xrt := gcr.io/tpu-pytorch/xla:r1.11_3.7
 BASE_IMAGE_pjrt := us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
 BASE_IMAGE ?= $(BASE_IMAGE_$(RUNTIME))
 PROJECT ?=
+# The job's region (and Cloud Build's).
 REGION ?= us-central1
 # Artifact Registry (Container Registry stopped taking pushes on 2025-03-18): `make repository`
-# creates REPOSITORY once; IMAGE_URI=gcr.io/... still works where gcr.io does.
+# creates REPOSITORY once; IMAGE_URI=gcr.io/... still works where gcr.io does. The registry's
+# region is its own variable: a job submitted with another REGION still finds the image that
+# `make push` pushed (one image serves jobs in every region).
+IMAGE_REGION ?= us-central1
 REPOSITORY ?= pytorch-xla
 IMAGE_NAME ?= pytorch-xla-trainer
 TAG ?= $(RUNTIME)
-IMAGE_URI ?= $(REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/$(IMAGE_NAME):$(TAG)
+IMAGE_URI ?= $(IMAGE_REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/$(IMAGE_NAME):$(TAG)
 JOB_NAME ?= pytorch_xla_$(shell date +%Y%m%d_%H%M%S)
 JOB_NAME := $(JOB_NAME)
 CONFIG ?= config/ai-platform-tpu-v3.yaml
@@ -135,9 +139,9 @@ repository:
 	$(call require,PROJECT)
 	@case "$(AR_HOST)" in *-docker.pkg.dev) ;; *) echo "$(AR_HOST) is not Artifact Registry: nothing to create"; exit 0 ;; esac; \
 	$(GCLOUD) artifacts repositories describe $(REPOSITORY) --project $(PROJECT) \
-		--location $(REGION) >/dev/null 2>&1 || \
+		--location $(IMAGE_REGION) >/dev/null 2>&1 || \
 	$(GCLOUD) artifacts repositories create $(REPOSITORY) --project $(PROJECT) \
-		--location $(REGION) --repository-format docker \
+		--location $(IMAGE_REGION) --repository-format docker \
 		--description "PyTorch/XLA training images"
 
 ## cloudbuild: build and push with Cloud Build instead of a local Docker engine (tags
@@ -171,12 +175,13 @@ submit-vertex: check-job
 ## local-run: rehearse in the image with the entrypoint overridden and fake platform variables,
 ## as the original article did; --dry-run prints what the launcher would export and run.
 ## DOCKER_RUN_ARGS adds docker run options (e.g. --network host -e TPU_API_DISCOVERY_URL=...).
+## JOB_ARGS reach the launcher word for word, as on the platforms (`python -m jobspec exec`).
 DOCKER_RUN_ARGS ?=
-local-run:
+local-run: $(STAMP)
 	$(call require,PROJECT)
-	$(DOCKER) run --rm --shm-size 16G --entrypoint python $(DOCKER_RUN_ARGS) \
-		-e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
-		$(IMAGE_URI) -m launcher --dry-run $(JOB_ARGS)
+	$(PY) -m jobspec exec $(DOCKER) run --rm --shm-size 16G --entrypoint python \
+		$(DOCKER_RUN_ARGS) -e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
+		$(IMAGE_URI) -m launcher --dry-run
 
 ## lint: ruff, vermin (Python 3.7 in the image code), hadolint, check-jsonschema, yamllint.
 lint: $(STAMP)

@@ -104,8 +104,9 @@ def test_submit_validates_then_submits_with_user_args_after_double_dash(tools):
                       "build/job_1.yaml", "--job-dir", "gs://b/jobs/1", "--", "--lr=0.1",
                       "--fake_data"]]
     rendered = yaml.safe_load((REPO / "build" / "job_1.yaml").read_text())
+    # The image `make push` pushed (its own IMAGE_REGION), not one in the job's region.
     assert rendered["trainingInput"]["masterConfig"]["imageUri"] == \
-        "europe-west4-docker.pkg.dev/my-proj/pytorch-xla/pytorch-xla-trainer:xrt"
+        "us-central1-docker.pkg.dev/my-proj/pytorch-xla/pytorch-xla-trainer:xrt"
 
 
 def test_submit_vertex_puts_args_into_the_container_spec(tools):
@@ -175,6 +176,17 @@ def test_job_args_reach_the_vertex_trainer_word_for_word(tools, text, argv):
     pool = yaml.safe_load((REPO / "build" / "exactv.yaml").read_text(encoding="utf-8"))[
         "workerPoolSpecs"][0]
     assert pool["containerSpec"]["args"] == argv
+
+
+@pytest.mark.parametrize("text, argv", EXACT_ARGS + [
+    # What a shell would have expanded or run when local-run passed JOB_ARGS to it unquoted.
+    ("--home=$HOME --glob=* --a=1;echo injected", ["--home=$HOME", "--glob=*", "--a=1;echo",
+                                                   "injected"]),
+])
+def test_job_args_reach_the_local_run_word_for_word(tools, text, argv):
+    result, [call] = tools("local-run", "PROJECT=p", "JOB_ARGS=" + text)
+    assert result.returncode == 0, result.stderr
+    assert call[call.index("--dry-run") + 1:] == argv
 
 
 def test_unbalanced_quotes_in_job_args_stop_before_gcloud(tools):

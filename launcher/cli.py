@@ -65,6 +65,7 @@ _OPTIONS = (
      "where to look for /sys and /dev when detecting TPU chips (default: /)"),
 )
 _FLAG_OPTIONS = ("--dry-run",)
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 _LOG_PREFIX = "launcher: "
 
 
@@ -80,13 +81,20 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             return int(shown.code or 0)
         with interrupt_on_signals():
             plan = plan_launch(options, environ, log)
-        for line in describe(plan):
-            log(line)
-        if options.dry_run:
-            print_dry_run(plan, environ)
-            return 0
-        exec_trainer(plan, environ, execvpe)
-        return 0  # only reached when execvpe is a test double
+            hold = not options.dry_run and unblocks_stop_signals(plan.command)
+            if hold:  # before the handlers go: from here to the trainer's, nothing is lost
+                signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            for line in describe(plan):
+                log(line)
+            if options.dry_run:
+                print_dry_run(plan, environ)
+                return 0
+            exec_trainer(plan, environ, execvpe)
+        finally:  # reached only when the exec failed (or execvpe is a test double)
+            if hold:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        return 0
     except (LauncherError, Interrupted) as error:
         log("{}: {}".format(type(error).__name__, error.message))
         if error.hint:
@@ -206,6 +214,16 @@ def interrupt_on_signals() -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def unblocks_stop_signals(command: Sequence[str]) -> bool:
+    """Whether ``command`` is one of our trainers (``python -m trainer.*``), which unblocks
+    SIGTERM and SIGINT once its handler is in (``trainer.stop_signal``). Only for those does
+    the launcher exec with the two blocked: the signal mask survives ``exec``, so a signal
+    that arrives while the trainer starts stays pending instead of being dropped (as PID 1,
+    a process without a handler loses it). Any other command would keep them blocked."""
+    return (len(command) > 2 and command[1] == "-m" and command[2].startswith("trainer.")
+            and os.path.basename(command[0]).startswith("python"))
 
 
 def print_dry_run(plan: LaunchPlan, environ: Mapping[str, str]) -> None:

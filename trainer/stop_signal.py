@@ -3,8 +3,11 @@
 The handler goes in as the trainer process starts, before torch is imported: in a container
 the trainer is PID 1, and the kernel drops signals PID 1 has no handler for, so a SIGTERM
 during the seconds of start-up would otherwise be lost and the job would run to the end (or
-be SIGKILLed). ``catch_sigterm`` is idempotent; ``caught()`` also hands the previous handler
-back afterwards (for callers that train in-process); ``received`` never touches the device.
+be SIGKILLed). The launcher execs the trainer with SIGTERM and SIGINT blocked, so one that
+arrives before the handler is in waits; ``catch_sigterm`` unblocks them once it is, and a
+pending SIGTERM is then delivered to it. ``catch_sigterm`` is idempotent; ``caught()`` also
+hands the previous handler back afterwards (for callers that train in-process); ``received``
+never touches the device.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def catch_sigterm() -> None:
-    """From now on SIGTERM sets the flag instead of ending the process."""
+    """From now on SIGTERM sets the flag instead of ending the process; a SIGTERM that was
+    pending (blocked by the launcher across its exec) is delivered now."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
 @contextlib.contextmanager

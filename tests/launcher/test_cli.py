@@ -164,3 +164,28 @@ def test_runtime_variables_set_blank_are_unset_for_the_trainer_and_kept_ones_nor
     assert main(["--dry-run", "--xla-runtime=pjrt"], environ, RecordingExec()) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:3] == ["unset XRT_TPU_CONFIG", "unset TPU_IP_ADDRESS", "export PJRT_DEVICE=CPU"]
+
+
+class MaskRecordingExec(RecordingExec):
+    """Also records which stop signals were blocked at the moment of the exec."""
+
+    def __call__(self, file, args, env):
+        import signal
+
+        self.blocked = signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGTERM,
+                                                                       signal.SIGINT}
+        super().__call__(file, args, env)
+
+
+@pytest.mark.parametrize("argv, held", [
+    ([], True),  # the default trainer: python -m trainer.mnist
+    (["--trainer=python -m trainer.imagenet"], True),
+    (["--", "/bin/sleep", "1"], False),  # a command of the user's would keep them blocked
+])
+def test_stop_signals_are_blocked_across_the_exec_of_our_trainers_only(argv, held):
+    import signal
+
+    execvpe = MaskRecordingExec()
+    assert main(argv, {"PJRT_DEVICE": "CPU"}, execvpe) == 0
+    assert execvpe.blocked == ({signal.SIGTERM, signal.SIGINT} if held else set())
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # unblocked afterwards

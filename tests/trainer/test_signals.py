@@ -110,3 +110,16 @@ def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(faulty_gcs, tmp_path, ph
     else:
         assert "before training resumed at step 0" in error
         assert phase in ("import", "data load", "compile"), error
+
+
+def test_a_sigterm_that_arrived_while_blocked_reaches_the_handler():
+    # The launcher execs the trainer with SIGTERM blocked; catch_sigterm unblocks it, so one
+    # that arrived during the exec is delivered instead of lost.
+    code = ("import os, signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+            "os.kill(os.getpid(), signal.SIGTERM); "
+            "from trainer import stop_signal; stop_signal.catch_sigterm(); "
+            "print(stop_signal.received(), signal.SIGTERM in signal.pthread_sigmask("
+            "signal.SIG_BLOCK, []))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True,
+                            text=True, timeout=60)
+    assert result.stdout.split() == ["True", "False"], result.stderr

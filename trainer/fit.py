@@ -115,6 +115,8 @@ class _Run:
         accuracy: Dict[str, float] = {}
         while state.epoch < config.num_epochs:
             accuracy = self.epoch(hooks)
+        if not accuracy:  # resumed from the last epoch's checkpoint: its figures, again
+            accuracy = self.evaluate_epoch()
         return accuracy
 
     def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
@@ -128,19 +130,34 @@ class _Run:
             raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
                 state.global_step, where or "not written (no job dir)"),
                 "the platform restarts the job, which resumes from the checkpoint")
-        eval_batches = _limited(self.data.eval_batches(),
-                                self.config.num_steps or self.data.eval_steps)
-        accuracy = evaluate(self.steps, xla.device_loader(eval_batches, dev, self.steps.path))
-        self.counts.epoch_ended()
         state.epoch += 1
         state.step_in_epoch = 0
-        _log_epoch(state, accuracy, self.outputs)
-        if self.checkpoints.store is None:
-            self.outputs.flush()
-        else:
-            self.checkpoints.save(state, self.outputs)  # also flushes
+        # The finished epoch is saved before it is evaluated: SIGTERM during the evaluation
+        # then costs the evaluation only.
+        self.checkpoints.save(state, self.outputs)
+        accuracy = self.evaluate_epoch()
+        self.counts.epoch_ended()
         if len(self.counts.executions_per_epoch) == 1:
             self.cache.save()  # every graph of the run exists after its first epoch
+        return accuracy
+
+    def evaluate_epoch(self) -> Dict[str, float]:
+        """Evaluate the model as it is after epoch ``state.epoch``, log and record it; on
+        SIGTERM stop at the next batch (``Preempted``)."""
+        state = self.state
+        eval_batches = _limited(self.data.eval_batches(),
+                                self.config.num_steps or self.data.eval_steps)
+        accuracy = evaluate(self.steps, xla.device_loader(eval_batches, self.steps.device,
+                                                          self.steps.path),
+                            stop_signal.received)
+        if accuracy is None:
+            self.outputs.flush()
+            where = self.checkpoints.store and self.checkpoints.store.uri(state.global_step)
+            raise Preempted("stopped by SIGTERM while evaluating epoch {}; checkpoint {}".format(
+                state.epoch, where or "not written (no job dir)"),
+                "the platform restarts the job, which resumes from the checkpoint")
+        _log_epoch(state, accuracy, self.outputs)
+        self.outputs.flush()
         return accuracy
 
 

@@ -117,11 +117,16 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
     return False
 
 
-def evaluate(steps: Steps, batches: Iterable) -> Dict[str, float]:
-    """Top-k accuracy over ``batches``; counts stay on the device until the end."""
+def evaluate(steps: Steps, batches: Iterable,
+             stop: Callable[[], bool] = lambda: False) -> Optional[Dict[str, float]]:
+    """Top-k accuracy over ``batches``; counts stay on the device until the end. None when
+    ``stop()`` turns true first (SIGTERM: a long evaluation, such as ImageNet's 50,000
+    images, can outlast the platform's grace period)."""
     steps.model.eval()
     counts = steps.zero_counts()
     for x, y in batches:
+        if stop():
+            return None
         counts = steps.evaluate(x, y, counts)
     xla.sync()
     correct, seen = counts

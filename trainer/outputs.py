@@ -126,8 +126,8 @@ class RunOutputs:
             local = self._tensorboard_dir.staging_path("", os.path.join(self._work,
                                                                          "tensorboard"))
             try:
-                self._writer = SummaryWriter(local, purge_step=resume_step + 1 if resume_step
-                                             else None)
+                # Events after the resume point, in earlier files, are hidden as stale.
+                self._writer = SummaryWriter(local, purge_step=resume_step + 1)
             except OSError as error:
                 raise StorageError("cannot write TensorBoard files to {}: {}".format(
                     local, error.strerror), "check the job dir: tensorboard/ must be a folder")
@@ -142,8 +142,10 @@ class RunOutputs:
             previous = self.model_dir.read_bytes(METRICS).decode().splitlines()
         except (FileNotFoundError, OSError):
             previous = []
+        # Lines after the step this run resumes from were logged by a replica that died
+        # after them; a run with no checkpoint (resume_step 0) drops all of them too.
         kept = [line for line in previous if _step_of(line) is not None
-                and _step_of(line) <= resume_step] if resume_step else previous
+                and _step_of(line) <= resume_step]
         if in_place and kept == previous:
             _append(path, "")  # appending continues the file as it is; fail now, not later
             return path

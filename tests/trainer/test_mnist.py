@@ -62,3 +62,18 @@ def test_gcs_job_dir_and_data(gcs, tmp_path, monkeypatch):
     assert uploaded["global_step"] == summary["global_step"] == 10
     assert len(gcs.blob("jobs/run-1/metrics.jsonl").download_as_bytes().splitlines()) == 3
     assert len(list((tmp_path / ".cache" / "tpu-xla-trainer").rglob("*.gz"))) == 4
+
+
+def test_a_run_resumed_from_its_final_checkpoint_reports_the_final_figures(tmp_path,
+                                                                           monkeypatch):
+    # It used to train nothing, write final_accuracy null and report no hypertune metric.
+    metric_file = tmp_path / "hypertune" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(metric_file))
+    config = smoke_config(hypertune_metric="mnist_accuracy")
+    first = mnist.run(config, paths=OutputPaths.resolve(str(tmp_path / "job"), {}))
+    again = mnist.run(config, paths=OutputPaths.resolve(str(tmp_path / "job"), {}))
+    assert again["global_step"] == 6 and again["epochs"] == 1
+    assert again["final_accuracy"] == first["final_accuracy"] is not None
+    reported = json.loads(metric_file.read_text().splitlines()[-1])  # the second run's
+    assert float(reported["mnist_accuracy"]) == pytest.approx(first["final_accuracy"])
+    assert reported["global_step"] == "6"

@@ -121,3 +121,13 @@ def test_outputs_that_cannot_start_leave_no_working_folder(tmp_path, scratch):
     with pytest.raises(StorageError, match="tensorboard"):
         RunOutputs(OutputPaths.resolve(str(tmp_path / "job"), {}))
     assert not list(scratch.iterdir())
+
+
+def test_a_run_without_a_checkpoint_drops_the_lines_of_a_replica_that_died_before_one(tmp_path):
+    # Reproduced: steps 20, 40, then 20 again when the restarted replica logged.
+    lines = [{"kind": "train", "step": step} for step in (20, 40)]
+    (tmp_path / METRICS).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with RunOutputs(OutputPaths(model_dir=str(tmp_path)), resume_step=0) as outputs:
+        outputs.record("train", {"loss": 1.0}, 20)
+    steps = [json.loads(line)["step"] for line in (tmp_path / METRICS).read_text().splitlines()]
+    assert steps == [20]

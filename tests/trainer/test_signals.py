@@ -21,6 +21,7 @@ from gcs_fault_proxy import Rule
 from mnist_files import write_mnist
 
 from conftest import REPO, clean_environ
+from trainer.batches import TensorSource
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root")
 
@@ -123,3 +124,39 @@ def test_a_sigterm_that_arrived_while_blocked_reaches_the_handler():
     result = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True,
                             text=True, timeout=60)
     assert result.stdout.split() == ["True", "False"], result.stderr
+
+
+class _SigtermDuringEvaluation(TensorSource):
+    """Digits whose evaluation receives SIGTERM after its first batch, as a platform's would
+    during a long evaluation."""
+
+    def eval_batches(self):
+        for index, batch in enumerate(super().eval_batches()):
+            if index == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield batch
+
+
+def test_sigterm_during_evaluation_stops_it_with_the_epoch_checkpointed(tmp_path, monkeypatch):
+    from trainer import mnist, stop_signal
+    from trainer.config import TrainConfig
+    from trainer.errors import Preempted
+    from trainer.outputs import OutputPaths
+
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setattr(stop_signal, "_received", False)  # restored after this test
+    generator = torch.Generator().manual_seed(4)
+    data = _SigtermDuringEvaluation(
+        torch.randn(48, 1, 28, 28, generator=generator), torch.randint(0, 10, (48,)),
+        torch.randn(400, 1, 28, 28, generator=generator), torch.randint(0, 10, (400,)),
+        batch_size=16, eval_batch_size=8)
+    config = TrainConfig(data_dir="unused", num_epochs=2, batch_size=16, eval_batch_size=8,
+                         log_steps=1)
+    with pytest.raises(Preempted) as raised:
+        mnist.run(config, data_override=data, paths=OutputPaths.resolve(str(tmp_path), {}))
+    assert raised.value.exit_code == 143
+    assert raised.value.message.startswith("stopped by SIGTERM while evaluating epoch 1; "
+                                           "checkpoint " + str(tmp_path / "checkpoints"))
+    # Epoch 1's 3 steps are saved: the restart goes on with epoch 2, not epoch 1 again.
+    assert os.listdir(str(tmp_path / "checkpoints")) == ["ckpt-000000003.pt"]
+    assert '"step": 3' in (tmp_path / "metrics.jsonl").read_text()

@@ -4,6 +4,7 @@ data and with a real class-folder tree."""
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
@@ -27,17 +28,45 @@ def make_image_folder(root, classes=3, per_class=4):
                 Image.new("RGB", (40, 36), color).save(str(folder / "{}.png".format(index)))
     return root
 
+def host_accuracy(config, job, examples, num_classes):
+    """(top-1, top-5) of the run's saved model (``job/model.pt``) on ``examples`` ((image,
+    label) pairs, no padding), recomputed on the host in float64. Checks first that no
+    example's rank 1 to 6 logits are closer than the device's float32 rounding could move
+    them (1e-5 of the largest logit: 100 times float32's 1.2e-7 per operation, for the
+    network's depth), so that the device's counts must equal these exactly."""
+    model = imagenet.build_model(config, num_classes).double().eval()
+    model.load_state_dict(torch.load(str(job / "model.pt"), map_location="cpu"))
+    images = torch.stack([image for image, _ in examples]).double()
+    labels = torch.tensor([label for _, label in examples])
+    with torch.no_grad():
+        logits = model(images)
+    ranked = logits.sort(dim=1, descending=True).values
+    assert (ranked[:, :5] - ranked[:, 1:6]).min() > 1e-5 * ranked.abs().max()
+    top5 = logits.topk(5, dim=1).indices
+    return ((top5[:, 0] == labels).double().mean().item(),
+            (top5 == labels[:, None]).any(dim=1).double().mean().item())
+
+
 def test_resnet18_fake_data_reports_top1_and_top5(tmp_path):
-    summary = imagenet.run(TrainConfig(fake_data=True, **SMALL),
-                           paths=OutputPaths.resolve(str(tmp_path), {}))
+    config = TrainConfig(fake_data=True, **SMALL)
+    summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path), {}))
     assert summary["global_step"] == 2 and summary["trainer"] == "imagenet-resnet18"
-    assert 0.0 <= summary["final_accuracy"] <= summary["final_top5"] <= 1.0
+    x, y = imagenet.build_data(config)._batch  # fake data evaluates its one batch
+    assert (summary["final_accuracy"], summary["final_top5"]) == host_accuracy(
+        config, tmp_path, list(zip(x, y.tolist())), imagenet.NUM_CLASSES)
+
 
 def test_real_class_folders(tmp_path):
-    data = make_image_folder(tmp_path / "data")
-    summary = imagenet.run(TrainConfig(data_dir=str(data), **SMALL), paths=OutputPaths())
-    assert summary["global_step"] == 2
-    assert summary["final_top5"] == 1.0  # 3 classes: the top "5" is every class
+    # 7 classes, so that the top 5 is not every class; 3 images each, so that the last
+    # evaluation batch of 4 is padded: its padding must not count.
+    # Whole epochs (no --num_steps, which also shortens evaluation): 5 steps of 4 of the 21.
+    data = make_image_folder(tmp_path / "data", classes=7, per_class=3)
+    config = TrainConfig(data_dir=str(data), **dict(SMALL, num_steps=0))
+    summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path / "job"), {}))
+    assert summary["global_step"] == 5
+    val = imagenet.build_data(config).val
+    assert (summary["final_accuracy"], summary["final_top5"]) == host_accuracy(
+        config, tmp_path / "job", [val[index] for index in range(len(val))], 7)
 
 def test_train_and_val_with_different_class_folders_are_a_data_error(tmp_path):
     # One missing folder in val/ used to shift every label after it, silently.

@@ -31,7 +31,7 @@ MNIST_SUBSET = SHARED / "data" / "mnist-subset"
 # before changes what it runs). ``make fuzz`` runs "fuzz": random seeds, FUZZ_SCALE times the
 # examples, failures kept in .hypothesis/ and printed with how to reproduce them.
 HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-FUZZ_SCALE = int(os.environ.get("FUZZ_SCALE", "25"))
+FUZZ_SCALE = int(os.environ.get("FUZZ_SCALE", "30"))
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("fuzz", derandomize=False, print_blob=True)
 settings.load_profile(HYPOTHESIS_PROFILE)

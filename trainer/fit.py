@@ -153,8 +153,9 @@ class _Run:
         if accuracy is None:
             self.outputs.flush()
             where = self.checkpoints.store and self.checkpoints.store.uri(state.global_step)
-            raise Preempted("stopped by SIGTERM while evaluating epoch {}; checkpoint {}".format(
-                state.epoch, where or "not written (no job dir)"),
+            raise Preempted("stopped by SIGTERM while evaluating epoch {} at step {}; "
+                            "checkpoint {}".format(state.epoch, state.global_step,
+                                                   where or "not written (no job dir)"),
                 "the platform restarts the job, which resumes from the checkpoint")
         _log_epoch(state, accuracy, self.outputs)
         self.outputs.flush()

@@ -140,7 +140,7 @@ class RunOutputs:
         in_place = path == self.model_dir.join(METRICS)  # a local job dir: append in place
         try:
             previous = self.model_dir.read_bytes(METRICS).decode().splitlines()
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:  # unreadable is a StorageError: never silently replaced
             previous = []
         # Lines after the step this run resumes from were logged by a replica that died
         # after them; a run with no checkpoint (resume_step 0) drops all of them too.

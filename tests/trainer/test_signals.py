@@ -64,6 +64,9 @@ PHASES = {
     "step": ([], None, "step 10/", 0),
     "checkpoint write": (["--checkpoint_steps=15"], lambda: held("checkpoints/ckpt-"), None, 0),
     "metrics upload": ([], lambda: held("metrics.jsonl"), None, 0),
+    # The epoch's checkpoint is logged just before its evaluation starts (and compiles);
+    # test_sigterm_during_evaluation_stops_it_with_the_epoch_checkpointed pins that path.
+    "evaluation": ([], None, "checkpoint gs://", 0),
 }
 
 
@@ -155,8 +158,8 @@ def test_sigterm_during_evaluation_stops_it_with_the_epoch_checkpointed(tmp_path
     with pytest.raises(Preempted) as raised:
         mnist.run(config, data_override=data, paths=OutputPaths.resolve(str(tmp_path), {}))
     assert raised.value.exit_code == 143
-    assert raised.value.message.startswith("stopped by SIGTERM while evaluating epoch 1; "
-                                           "checkpoint " + str(tmp_path / "checkpoints"))
+    assert raised.value.message.startswith("stopped by SIGTERM while evaluating epoch 1 at "
+                                           "step 3; checkpoint " + str(tmp_path / "checkpoints"))
     # Epoch 1's 3 steps are saved: the restart goes on with epoch 2, not epoch 1 again.
     assert os.listdir(str(tmp_path / "checkpoints")) == ["ckpt-000000003.pt"]
     assert '"step": 3' in (tmp_path / "metrics.jsonl").read_text()

@@ -235,5 +235,5 @@ def _name(value: Any) -> Optional[str]:
 def _as_int(value: Any) -> Optional[int]:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: YAML's .inf
         return None

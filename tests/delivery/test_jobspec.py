@@ -56,6 +56,12 @@ def broken(change):
      "did you mean scaleTier?"),
     (broken(lambda t: t["workerConfig"]["acceleratorConfig"].update(type="NVIDIA_TESLA_T4")),
      "trainingInput.workerConfig.acceleratorConfig.type", "not a TPU type"),
+    # Found by make fuzz (the generated-variants test draws its field, so it cannot hold an
+    # @example): YAML's .inf as a count was an OverflowError.
+    (broken(lambda t: t["workerConfig"]["acceleratorConfig"].update(count=float("inf"))),
+     "trainingInput.workerConfig.acceleratorConfig.count", "the API wants a whole number"),
+    (broken(lambda t: t["workerConfig"]["acceleratorConfig"].update(count=float("nan"))),
+     "trainingInput.workerConfig.acceleratorConfig.count", "the API wants a whole number"),
 ])
 def test_broken_specs_fail_with_the_right_finding(job, path, text):
     errors = [f for f in check_job(job) if f.level == "error"]

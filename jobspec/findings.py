@@ -17,7 +17,9 @@ class Finding:
     fix: str
 
     def __str__(self) -> str:
-        return "{}: {}: {}; fix: {}".format(self.level, self.path, self.problem, self.fix)
+        text = "{}: {}: {}; fix: {}".format(self.level, self.path, self.problem, self.fix)
+        # One line, whatever the file held (a value "\n" is echoed in problems).
+        return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def join(path: str, key: object) -> str:

@@ -120,6 +120,8 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Launc
 
     def setting(flag: str, env_name: str) -> Tuple[Optional[str], str]:
         value = parsed[flag.lstrip("-").replace("-", "_")]
+        if isinstance(value, list):  # argparse gives --trainer=-- as a list of its words
+            value = " ".join(value)
         if value is not None:
             if not value.strip():  # given on purpose, so never silently the default
                 raise UsageError("{} is empty".format(flag),

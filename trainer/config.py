@@ -18,6 +18,7 @@ FLAGS = flags.FLAGS
 STEP_MODES = ("auto", "compiled", "lazy")
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
 MAX_SEED = 2 ** 32 - 1
+MAX_COUNT = 2 ** 31 - 1  # the compiled step's counter is int32
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class TrainConfig:
             if isinstance(value, float) and not math.isfinite(value):
                 raise TrainerError("--{} must be a finite number, got {}".format(
                     field.name, value), "e.g. --{}={}".format(field.name, field.default))
+            # Counts beyond 64 bits overflow torch and the step counters (make fuzz).
+            if (isinstance(value, int) and not isinstance(value, bool) and value > MAX_COUNT
+                    and field.name != "seed"):  # the seed has its own range, below
+                raise TrainerError("--{} is too large, got {}".format(field.name, value),
+                                   "use at most {}".format(MAX_COUNT))
         positive = ("batch_size", "num_epochs", "keep_checkpoints", "image_size")
         for name in positive:
             if getattr(self, name) <= 0:

@@ -62,6 +62,9 @@ def broken(change):
      "trainingInput.workerConfig.acceleratorConfig.count", "the API wants a whole number"),
     (broken(lambda t: t["workerConfig"]["acceleratorConfig"].update(count=float("nan"))),
      "trainingInput.workerConfig.acceleratorConfig.count", "the API wants a whole number"),
+    # make fuzz: a value of "\n" put a newline into the finding (checked one-line below).
+    (broken(lambda t: t.update(scaleTier="\n")), "trainingInput.scaleTier",
+     "'\\n' is not one of the API's values"),
 ])
 def test_broken_specs_fail_with_the_right_finding(job, path, text):
     errors = [f for f in check_job(job) if f.level == "error"]

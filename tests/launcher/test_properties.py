@@ -194,6 +194,7 @@ def waits_long(environ, argv):
 @example(scenario={"CLUSTER_SPEC": VERTEX_TPU, "LAUNCHER_HOST_ROOT": "CHIPS"},
          changes={"TPU_ACCELERATOR_TYPE": "0\x1e0"}, options=[], trainer_args=[], command=[])
 @example(scenario={}, changes={}, options=[], trainer_args=["-h"], command=[])
+@example(scenario={}, changes={}, options=["--trainer=--"], trainer_args=[], command=[])
 @example(scenario={"TPU_CONFIG": json.dumps({"project": fake.PROJECT, "zone": fake.ZONE,
                                              "tpu_node_name": "a"}),
                    "TF_CONFIG": SEED_TF_CONFIG, "LAUNCHER_XLA_RUNTIME": "xrt"},

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from absl import flags
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
@@ -85,6 +85,7 @@ def flag_args(trainer):
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(TRAINER_FLAGS)).flatmap(
     lambda trainer: st.tuples(st.just(trainer), flag_args(trainer))))
+@example(("mnist", ["--num_epochs=19687026759561955"]))  # make fuzz: an OverflowError
 def test_any_flags_are_refused_in_one_line_or_usable(case):
     trainer, args = case
     try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.report import printable
+
 ERROR, WARNING = "error", "warning"
 
 
@@ -17,9 +19,9 @@ class Finding:
     fix: str
 
     def __str__(self) -> str:
-        text = "{}: {}: {}; fix: {}".format(self.level, self.path, self.problem, self.fix)
         # One line, whatever the file held (a value "\n" is echoed in problems).
-        return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+        return printable("{}: {}: {}; fix: {}".format(self.level, self.path, self.problem,
+                                                     self.fix))
 
 
 def join(path: str, key: object) -> str:

@@ -54,7 +54,8 @@ class TrainConfig:
             if isinstance(value, float) and not math.isfinite(value):
                 raise TrainerError("--{} must be a finite number, got {}".format(
                     field.name, value), "e.g. --{}={}".format(field.name, field.default))
-            # Counts beyond 64 bits overflow torch and the step counters (make fuzz).
+            # A count that does not fit the compiled step's int32 counter (make fuzz found
+            # one beyond 64 bits that overflowed torch).
             if (isinstance(value, int) and not isinstance(value, bool) and value > MAX_COUNT
                     and field.name != "seed"):  # the seed has its own range, below
                 raise TrainerError("--{} is too large, got {}".format(field.name, value),

@@ -126,10 +126,7 @@ class _Run:
                            self.steps_per_epoch - state.step_in_epoch)
         if train_epoch(self.steps, xla.device_loader(batches, dev, self.steps.path), state,
                        hooks):
-            where = self.checkpoints.save(state, self.outputs)
-            raise Preempted("stopped by SIGTERM at step {}; checkpoint {}".format(
-                state.global_step, where or "not written (no job dir)"),
-                "the platform restarts the job, which resumes from the checkpoint")
+            raise _stopped("", self.checkpoints.save(state, self.outputs), state)
         state.epoch += 1
         state.step_in_epoch = 0
         # The finished epoch is saved before it is evaluated: SIGTERM during the evaluation
@@ -152,11 +149,9 @@ class _Run:
                             stop_signal.received)
         if accuracy is None:
             self.outputs.flush()
-            where = self.checkpoints.store and self.checkpoints.store.uri(state.global_step)
-            raise Preempted("stopped by SIGTERM while evaluating epoch {} at step {}; "
-                            "checkpoint {}".format(state.epoch, state.global_step,
-                                                   where or "not written (no job dir)"),
-                "the platform restarts the job, which resumes from the checkpoint")
+            store = self.checkpoints.store  # the epoch was saved before its evaluation
+            raise _stopped(" while evaluating epoch {}".format(state.epoch),
+                           store.uri(state.global_step) if store else None, state)
         _log_epoch(state, accuracy, self.outputs)
         self.outputs.flush()
         return accuracy
@@ -185,6 +180,13 @@ class _ProgressLog:
                  loss, rate, _duration(eta))
         self.outputs.record("train", {"loss": loss, "examples_per_second": rate}, step)
         self.last_time, self.last_step, self.last_total = now, step, total
+
+
+def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preempted:
+    """The ``Preempted`` of a SIGTERM at ``state``, naming where its checkpoint is."""
+    return Preempted("stopped by SIGTERM{} at step {}; checkpoint {}".format(
+        during, state.global_step, checkpoint or "not written (no job dir)"),
+        "the platform restarts the job, which resumes from the checkpoint")
 
 
 def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Optional
 
 from launcher.errors import ConfigError
-from launcher.job_env import JobEnvironment
+from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms.base import EXPLICIT, Platform
 
-# Variables of the XRT runtime (torch_xla <= 2.0); PJRT_DEVICE selects the PJRT runtime.
-XRT_VARIABLES = ("XRT_TPU_CONFIG", "TPU_IP_ADDRESS", "XRT_WORKERS", "XRT_DEVICE_MAP")
+# The runtime variables of XRT (torch_xla <= 2.0): all but PJRT_DEVICE, which selects PJRT.
+XRT_VARIABLES = tuple(name for name in RUNTIME_VARIABLES if name != "PJRT_DEVICE")
 
 
 def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:

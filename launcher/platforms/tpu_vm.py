@@ -32,11 +32,12 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
 
     Raises ConfigError when the environment expects TPUs but none is visible.
     """
-    chips = find_tpu_chips(root)
+    google_ids = _google_device_ids(root)  # one scan of the PCI bus for both uses below
+    chips = find_tpu_chips(root, google_ids)
+    others = _not_tpus(google_ids)
     hints = _tpu_hints(job_env)
     if not chips:
         if hints:
-            others = other_google_devices(root)
             raise ConfigError(
                 "{} says this job has TPUs, but no TPU chip is visible (no TPU device of PCI "
                 "vendor {} under {}{}, no /dev/accel*, no /dev/vfio/N)".format(
@@ -47,13 +48,16 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
         return None
     facts = [("TPU chips", "{} ({})".format(len(chips), ", ".join(sorted(set(chips)))))]
     facts.extend(("hint", hint) for hint in hints)
-    facts.extend(("not a TPU", other) for other in other_google_devices(root))
+    facts.extend(("not a TPU", other) for other in others)
     return Platform(kind=TPU_VM, description="TPU VM with local chips", facts=tuple(facts))
 
 
-def find_tpu_chips(root: str) -> Tuple[str, ...]:
-    """One label per local TPU chip seen under ``root`` (e.g. ``"v4"``, ``"/dev/accel0"``)."""
-    chips = _pci_chips(root)
+def find_tpu_chips(root: str, google_ids: Optional[List[str]] = None) -> Tuple[str, ...]:
+    """One label per local TPU chip seen under ``root`` (e.g. ``"TPU v4"``,
+    ``"/dev/accel0"``); ``google_ids``: the PCI scan, when the caller has made it."""
+    ids = _google_device_ids(root) if google_ids is None else google_ids
+    chips = tuple("TPU " + TPU_PCI_DEVICES[device_id] for device_id in ids
+                  if device_id in TPU_PCI_DEVICES)
     if chips:
         return chips
     dev = os.path.join(root, "dev")
@@ -68,15 +72,14 @@ def find_tpu_chips(root: str) -> Tuple[str, ...]:
 def other_google_devices(root: str) -> Tuple[str, ...]:
     """Google PCI devices under ``root`` that are not TPU chips, each named with its id
     (``"1ae0:0042 (gVNIC network card)"``; an unknown id says so)."""
+    return _not_tpus(_google_device_ids(root))
+
+
+def _not_tpus(google_ids: List[str]) -> Tuple[str, ...]:
     return tuple("{}:{} ({})".format(GOOGLE_PCI_VENDOR[2:], device_id[2:],
                                      OTHER_GOOGLE_DEVICES.get(device_id, "unknown, not a TPU "
                                                               "torch_xla knows"))
-                 for device_id in _google_device_ids(root) if device_id not in TPU_PCI_DEVICES)
-
-
-def _pci_chips(root: str) -> Tuple[str, ...]:
-    return tuple("TPU " + TPU_PCI_DEVICES[device_id] for device_id in _google_device_ids(root)
-                 if device_id in TPU_PCI_DEVICES)
+                 for device_id in google_ids if device_id not in TPU_PCI_DEVICES)
 
 
 def _google_device_ids(root: str) -> List[str]:

@@ -28,12 +28,18 @@ def make_image_folder(root, classes=3, per_class=4):
                 Image.new("RGB", (40, 36), color).save(str(folder / "{}.png".format(index)))
     return root
 
-def host_accuracy(config, job, examples, num_classes):
-    """(top-1, top-5) of the run's saved model (``job/model.pt``) on ``examples`` ((image,
-    label) pairs, no padding), recomputed on the host in float64. Checks first that no
-    example's rank 1 to 6 logits are closer than the device's float32 rounding could move
-    them (1e-5 of the largest logit: 100 times float32's 1.2e-7 per operation, for the
-    network's depth), so that the device's counts must equal these exactly."""
+# How far the device's float32 logits can be from a float64 computation with the same weights,
+# as a fraction of the largest logit: rounding errors of a sum of n terms grow like sqrt(n)*u
+# (u = 2^-24; probabilistic analysis, Higham & Mary 2019), n <= 4,608 in ResNet-18 (3x3x512),
+# over about 20 layers: 20 * sqrt(4608) * 6e-8 = 8e-5. Ten times that, on any x86 CPU.
+AMBIGUOUS = 1e-3
+
+
+def assert_device_counts(summary, config, job, examples, num_classes):
+    """The run's top-1/top-5 (``summary``) are hit counts over exactly ``len(examples)``
+    examples (no padding counted), equal to a float64 host recomputation with the saved model
+    (``job/model.pt``) except where an example's deciding logits are closer than
+    ``AMBIGUOUS``: there the device's rounding may decide either way."""
     model = imagenet.build_model(config, num_classes).double().eval()
     model.load_state_dict(torch.load(str(job / "model.pt"), map_location="cpu"))
     images = torch.stack([image for image, _ in examples]).double()
@@ -41,10 +47,15 @@ def host_accuracy(config, job, examples, num_classes):
     with torch.no_grad():
         logits = model(images)
     ranked = logits.sort(dim=1, descending=True).values
-    assert (ranked[:, :5] - ranked[:, 1:6]).min() > 1e-5 * ranked.abs().max()
-    top5 = logits.topk(5, dim=1).indices
-    return ((top5[:, 0] == labels).double().mean().item(),
-            (top5 == labels[:, None]).any(dim=1).double().mean().item())
+    close = (ranked[:, :-1] - ranked[:, 1:]) <= AMBIGUOUS * ranked.abs().max()
+    top = logits.topk(5, dim=1).indices
+    for key, k in (("final_accuracy", 1), ("final_top5", 5)):
+        device_hits = summary[key] * len(examples)
+        assert abs(device_hits - round(device_hits)) < 1e-6, (key, summary[key])
+        host_hits = int((top[:, :k] == labels[:, None]).any(dim=1).sum())
+        # An example can change sides only if its k-th and (k+1)-th logits are that close.
+        ambiguous = int(close[:, k - 1].sum())
+        assert abs(round(device_hits) - host_hits) <= ambiguous, (key, host_hits, ambiguous)
 
 
 def test_resnet18_fake_data_reports_top1_and_top5(tmp_path):
@@ -52,8 +63,8 @@ def test_resnet18_fake_data_reports_top1_and_top5(tmp_path):
     summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path), {}))
     assert summary["global_step"] == 2 and summary["trainer"] == "imagenet-resnet18"
     x, y = imagenet.build_data(config)._batch  # fake data evaluates its one batch
-    assert (summary["final_accuracy"], summary["final_top5"]) == host_accuracy(
-        config, tmp_path, list(zip(x, y.tolist())), imagenet.NUM_CLASSES)
+    assert_device_counts(summary, config, tmp_path, list(zip(x, y.tolist())),
+                         imagenet.NUM_CLASSES)
 
 
 def test_real_class_folders(tmp_path):
@@ -65,8 +76,9 @@ def test_real_class_folders(tmp_path):
     summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path / "job"), {}))
     assert summary["global_step"] == 5
     val = imagenet.build_data(config).val
-    assert (summary["final_accuracy"], summary["final_top5"]) == host_accuracy(
-        config, tmp_path / "job", [val[index] for index in range(len(val))], 7)
+    assert_device_counts(summary, config, tmp_path / "job",
+                         [val[index] for index in range(len(val))], 7)
+
 
 def test_train_and_val_with_different_class_folders_are_a_data_error(tmp_path):
     # One missing folder in val/ used to shift every label after it, silently.

@@ -75,7 +75,8 @@ run: $(STAMP)
 ## same examples on every machine and every run; make fuzz explores). TensorFlow and torch_xla
 ## abort when loaded into one process, so they never share a pytest session: launcher tests
 ## (TensorFlow only in subprocesses), the tests that drive TensorFlow's resolver in-process,
-## the trainer tests (torch_xla), then the trainer's numeric tests again with the XLA CPU
+## the trainer tests (torch_xla) on one device, the SPMD tests on 4 CPU devices (SPMD stays on
+## in a process once on), then the trainer's numeric tests again with the XLA CPU
 ## backend capped at NUMERIC_ISA_CAP, which rounds differently from this CPU's widest vectors
 ## (AVX2 or AVX-512): a tolerance that only held on one machine fails here, not on a user's.
 NUMERIC_ISA_CAP ?= SSE4_2
@@ -83,8 +84,10 @@ test: export HYPOTHESIS_PROFILE = ci
 test: lint
 	$(PY) -m pytest tests/launcher tests/delivery -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
-	$(PY) -m pytest tests/trainer
-	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m numeric
+	$(PY) -m pytest tests/trainer -m "not spmd"
+	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd
+	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and not spmd"
+	CPU_NUM_DEVICES=4 XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and spmd"
 	$(MAKE) --no-print-directory test-images
 
 ## fuzz: explore: every property test with random seeds and FUZZ_SCALE (30) times its

@@ -6,7 +6,8 @@ worker type); the TPU is the one worker (``workerType: cloud_tpu``, ``workerCoun
 8 for TPU_V2/TPU_V3, 32/128/256/512 for TPU_V2_POD, 32/128/256 for TPU_V3_POD; no parameter
 servers; a custom container needs a ``tpuTfVersion`` the service has (``pytorch-1.6`` ...
 ``pytorch-1.11``, TensorFlow ``1.15``, ``2.1`` ... ``2.11``); ``BASIC_TPU`` takes no master or
-worker settings.
+worker settings. The xrt image trains on one core of the node, so every legacy TPU job gets
+a warning naming the cores that stay idle.
 
 Vertex AI: TPU v2/v3 run on machine type ``cloud-tpu``, which needs ``acceleratorType``
 TPU_V2/TPU_V3 and ``acceleratorCount: 8``. The newer TPU machine types name their TPU and its
@@ -139,7 +140,21 @@ def _tpu_worker(spec: Dict[str, Any], path: str) -> List[Finding]:
         findings.append(Finding(ERROR, accel_path + ".count", "is {!r}; {} takes {}".format(
             count, kind, " or ".join(str(c) for c in TPU_COUNTS[kind])),
             "set count: {}".format(TPU_COUNTS[kind][0])))
+    else:
+        findings.append(idle_cores(_as_int(count), accel_path + ".count"))
     return findings
+
+
+def idle_cores(cores: int, path: str) -> Finding:
+    """The warning every legacy TPU job gets: the xrt image's torch_xla 1.11 trains on one
+    core of the node. torch_xla 1.x reaches the others only with one process per core
+    (``xmp.spawn``), which the bundled trainers do not run (no torch_xla 1.x here to test it)."""
+    return Finding(WARNING, path, "{} TPU cores, of which the bundled trainers use 1 ({} stay "
+                   "idle): torch_xla 1.x uses a TPU node's other cores only with one process "
+                   "per core".format(cores, cores - 1),
+                   "to use every core, run on Vertex AI TPU VMs with the pjrt image "
+                   "(config/vertex-tpu-v5e.yaml), or a multi-process trainer of your own "
+                   "(LAUNCHER_TRAINER)")
 
 
 def vertex_rules(pool: Dict[str, Any], path: str) -> List[Finding]:

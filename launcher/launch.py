@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.address import Endpoint, parse_endpoint
+from launcher.devices import DeviceCount, count_devices, stale_topology
 from launcher.errors import ConfigError, TpuApiError, UsageError
 from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms import detect_platform
@@ -47,6 +48,8 @@ class LaunchPlan:
     endpoint: Optional[Endpoint]
     env: RuntimeEnv
     command: Tuple[str, ...]
+    devices: Optional[DeviceCount] = None
+    stale: Tuple[str, ...] = ()  # inherited topology variables unset for the trainer
 
 
 def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callable[[str], None],
@@ -71,7 +74,8 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
             raise TpuApiError("the Cloud TPU API answered with an unusable address: {}".format(
                 error.message), "check TPU_API_DISCOVERY_URL or report the API's response")
     return LaunchPlan(platform, runtime, endpoint, runtime_env(platform, runtime, endpoint),
-                      command)
+                      command, count_devices(platform, runtime, environ, command[1:]),
+                      stale_topology(environ))
 
 
 def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
@@ -80,10 +84,11 @@ def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
 
     A runtime variable set blank counts as unset (README), so it is unset for the trainer too:
     a torch_xla that tests for its presence would take ``PJRT_DEVICE=`` as a choice of PJRT.
-    Kept settings reach the trainer as the launcher read and reported them (``PJRT_DEVICE``
-    trimmed and upper-cased); the exports come on top."""
+    Stale topology variables are unset (``launcher.devices``). Kept settings reach the trainer
+    as the launcher read and reported them (``PJRT_DEVICE`` trimmed and upper-cased); the
+    exports come on top."""
     unset = tuple(name for name in RUNTIME_VARIABLES
-                  if name in environ and not environ[name].strip())
+                  if name in environ and not environ[name].strip()) + plan.stale
     kept = tuple((name, value) for name, value in plan.env.kept if environ.get(name) != value)
     return kept + plan.env.exports, unset
 
@@ -130,6 +135,11 @@ def describe(plan: LaunchPlan) -> Sequence[str]:
     lines.append("exported: {}".format(format_assignments(plan.env.exports)))
     if plan.env.kept:
         lines.append("kept as set by the user: {}".format(format_assignments(plan.env.kept)))
+    if plan.devices is not None:
+        lines.append("devices: {}".format(plan.devices.describe()))
+    if plan.stale:
+        lines.append("unset (stale topology, the trainer runs one process per host): {}".format(
+            ", ".join(plan.stale)))
     lines.extend("warning: {}".format(warning) for warning in plan.platform.warnings)
     lines.append("trainer: {}".format(format_command(plan.command)))
     return lines

@@ -72,8 +72,11 @@ _PLATFORM_VARIABLES = ("TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC", "TPU_NAME", "X
 
 def clean_environ(**extra: str) -> Dict[str, str]:
     """This process's environment without any platform variable, plus ``extra``."""
+    # XLA_USE_SPMD is how torch_xla marks *this* process as SPMD (the spmd session's): a
+    # child must decide for itself.
     env = {k: v for k, v in os.environ.items()
-           if k not in _PLATFORM_VARIABLES and not k.startswith("LAUNCHER_")}
+           if k not in _PLATFORM_VARIABLES and not k.startswith("LAUNCHER_")
+           and k != "XLA_USE_SPMD"}
     env.update(extra)
     return env
 

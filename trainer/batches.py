@@ -4,6 +4,10 @@ A ``DataSource`` gives, per epoch, the training batches in a deterministic order
 epoch), optionally starting part-way (resume), and the evaluation batches. The last ragged
 training batch is dropped and the last evaluation batch padded, so every step has the same
 shapes and the compiled graphs stay the same after the first epoch.
+
+``batch_size`` is the *global* batch (all devices of the job). On a slice of several hosts
+each host loads only its part of every global batch (``HostPart``): the same order on every
+host, cut into equal consecutive pieces, so the hosts together see each example once.
 """
 
 from __future__ import annotations
@@ -36,6 +40,20 @@ def steps_in(examples: int, batch_size: int, where: str) -> int:
                            "{})".format(batch_size, examples, where),
                            "lower --batch_size or add training data")
     return examples // batch_size
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """Piece ``index`` of ``count`` equal consecutive pieces of every global batch: what one
+    host of a slice loads (``devices.Topology.host_part``)."""
+
+    index: int = 0
+    count: int = 1
+
+    def of(self, global_batch: int) -> slice:
+        """The positions of this host's piece within a global batch of ``global_batch``."""
+        size = global_batch // self.count
+        return slice(self.index * size, (self.index + 1) * size)
 
 
 def pad_batch(x: torch.Tensor, y: torch.Tensor, size: int) -> Batch:
@@ -74,6 +92,7 @@ class TensorSource(DataSource):
     seed: int = 1
     augment: Optional[object] = None
     eval_batch_size: int = 0
+    host: HostPart = HostPart()
 
     def __post_init__(self) -> None:
         self.eval_batch_size = self.eval_batch_size or self.batch_size
@@ -86,6 +105,7 @@ class TensorSource(DataSource):
         generator.manual_seed(self.seed * 7919 + epoch)
         for step in range(start_step, self.steps_per_epoch):
             index = order[step * self.batch_size:(step + 1) * self.batch_size]
+            index = index[self.host.of(self.batch_size)]
             x = self.train_x[index]
             if self.augment is not None:
                 x = self.augment(x, generator)
@@ -94,10 +114,11 @@ class TensorSource(DataSource):
     def eval_batches(self) -> Iterator[Batch]:
         """Every evaluation example once; the last batch is padded to full size with label
         ``IGNORE_LABEL`` (not counted), so the shape never changes."""
-        size = self.eval_batch_size
+        size, mine = self.eval_batch_size, self.host.of(self.eval_batch_size)
         for step in range(self.eval_steps):
-            yield pad_batch(self.eval_x[step * size:(step + 1) * size],
-                            self.eval_y[step * size:(step + 1) * size], size)
+            x, y = pad_batch(self.eval_x[step * size:(step + 1) * size],
+                             self.eval_y[step * size:(step + 1) * size], size)
+            yield x[mine], y[mine]
 
 
 @dataclass
@@ -111,13 +132,15 @@ class FakeSource(DataSource):
     steps_per_epoch: int
     eval_steps: int
     seed: int = 1
+    host: HostPart = HostPart()
 
     def __post_init__(self) -> None:
         generator = torch.Generator()
         generator.manual_seed(self.seed)
-        self._batch = (torch.randn((self.batch_size,) + tuple(self.shape), generator=generator),
-                       torch.randint(0, self.num_classes, (self.batch_size,),
-                                     generator=generator))
+        mine = self.host.of(self.batch_size)
+        self._batch = (
+            torch.randn((self.batch_size,) + tuple(self.shape), generator=generator)[mine],
+            torch.randint(0, self.num_classes, (self.batch_size,), generator=generator)[mine])
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         for _ in range(start_step, self.steps_per_epoch):

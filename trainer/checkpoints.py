@@ -30,10 +30,13 @@ def checkpoint_name(step: int) -> str:
 class CheckpointStore:
     """Checkpoints ``ckpt-<step>.pt`` in ``directory``; ``keep`` newest are retained."""
 
-    def __init__(self, directory: Directory, keep: int = 3) -> None:
+    def __init__(self, directory: Directory, keep: int = 3, writes: bool = True) -> None:
+        """``writes``: False for a process that only reads (one host of a slice that another
+        writes for): it never touches the folder."""
         self.directory = directory
         self.keep = max(1, keep)
-        directory.remove_stale_temporaries()
+        if writes:
+            directory.remove_stale_temporaries()
 
     def steps(self):
         """Steps with a checkpoint, oldest first."""

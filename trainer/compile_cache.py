@@ -11,7 +11,9 @@ are never offered to this one):
 - a gs:// cache is synced down before anything compiles and up after the first epoch (when
   every graph of the run exists) and at the end; a local one is used in place;
 - entries that cannot be loaded (corrupt, truncated) are compiled again and replaced, with one
-  warning; a cache that cannot be read or written is a warning, never a failed run.
+  warning; a cache that cannot be read or written is a warning, never a failed run;
+- on a slice of several hosts every host reads the cache and only the one that writes the
+  job's outputs (``devices.Topology.writes_outputs``) writes it (torch_xla's ``readonly``).
 
 By default the cache is left off on the XLA CPU device, whose runtime (torch_xla 2.9) writes
 entries but cannot load them back; an explicit ``--compile_cache`` is used there too. torch_xla
@@ -39,8 +41,8 @@ log = logging.getLogger("trainer")
 class CompileCache:
     """The cache of one run; every method is safe to call when it is off."""
 
-    def __init__(self, directory: Optional[Directory] = None) -> None:
-        self.directory = directory
+    def __init__(self, directory: Optional[Directory] = None, writes: bool = True) -> None:
+        self.directory, self.writes = directory, writes
         self.namespace = xla.runtime_name()
         self.entries_at_start = 0
         self.saved = 0
@@ -49,9 +51,10 @@ class CompileCache:
         self._warned = False
 
     @classmethod
-    def for_run(cls, setting: str, paths: OutputPaths) -> "CompileCache":
+    def for_run(cls, setting: str, paths: OutputPaths, writes: bool = True) -> "CompileCache":
         """The cache that ``--compile_cache`` (``setting``) and the job's paths ask for,
-        started (synced down, and handed to torch_xla); call it before anything compiles."""
+        started (synced down, and handed to torch_xla); call it before anything compiles.
+        ``writes``: whether this process adds entries (False: it only reads them)."""
         location = setting or paths.compile_cache_dir
         if not location or location == OFF:
             return cls()
@@ -63,7 +66,7 @@ class CompileCache:
             log.info("compile cache: off on this device (its runtime cannot load compiled "
                      "programs); --compile_cache=LOCATION turns it on")
             return cls()
-        cache = cls(open_dir(location))
+        cache = cls(open_dir(location), writes)
         cache._start()
         return cache
 
@@ -79,7 +82,7 @@ class CompileCache:
         except (StorageError, OSError) as error:
             self._give_up("cannot be read", error)
             return
-        if not xla.use_persistent_cache(self._local):
+        if not xla.use_persistent_cache(self._local, readonly=not self.writes):
             log.warning("compile cache: this process has compiled before; %s not used",
                         directory.join(self.namespace))
             self.directory = None
@@ -99,6 +102,8 @@ class CompileCache:
                         "or this runtime cannot load compiled programs); compiled again and "
                         "replaced", unusable, loaded + unusable,
                         self.directory.join(self.namespace))
+        if not self.writes:
+            return
         try:
             self.saved += self.directory.sync_up(self._local, self.namespace)
         except (StorageError, OSError) as error:

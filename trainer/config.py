@@ -11,11 +11,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 
-from trainer.errors import TrainerError
+from trainer.errors import EX_USAGE, TrainerError
 
 FLAGS = flags.FLAGS
 # --step_mode values; ``trainer.xla`` (which imports torch_xla) decides what "auto" means.
 STEP_MODES = ("auto", "compiled", "lazy")
+# --devices: every device the runtime sees, or a count (``trainer.devices`` decides).
+AUTO_DEVICES = "auto"
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
 MAX_SEED = 2 ** 32 - 1
 MAX_COUNT = 2 ** 31 - 1  # the compiled step's counter is int32
@@ -47,6 +49,7 @@ class TrainConfig:
     eval_batch_size: int = 0
     step_mode: str = "auto"
     compile_cache: str = ""
+    devices: str = AUTO_DEVICES
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -86,9 +89,23 @@ class TrainConfig:
             raise TrainerError("--step_mode={!r} is not one of {}".format(
                 self.step_mode, ", ".join(STEP_MODES)),
                 "auto compiles the steps where torch_xla >= 2.1 can, else runs them lazily")
+        parse_devices(self.devices)
         if not self.fake_data and not self.data_dir:
             raise TrainerError("no input data: --data_dir is not set",
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
+
+
+def parse_devices(text: str) -> Optional[int]:
+    """The ``--devices`` value: None for ``auto``, else a positive count; anything else is a
+    usage error naming the flag."""
+    value = str(text).strip().lower()
+    if value == AUTO_DEVICES:
+        return None
+    if value.isdigit() and value.isascii() and int(value) > 0:
+        return int(value)
+    raise TrainerError("--devices must be auto or a positive number of devices, got {!r}"
+                       .format(text), "--devices=auto uses every device the runtime sees; "
+                       "--devices=1 trains on one", EX_USAGE)
 
 
 def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
@@ -121,6 +138,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
         "step_mode": "how steps run: auto (compiled where torch_xla >= 2.1 can, else lazy), "
                      "compiled (each step one traced graph), or lazy (traced every step)",
+        "devices": "XLA devices to train on: auto (every device the runtime sees, one SPMD "
+                   "program over all of them; --batch_size is per device) or a count",
         "compile_cache": "folder or gs:// URI of the persistent compilation cache, shared by "
                          "trials; default: compile-cache/ in the job dir; none: off",
     }

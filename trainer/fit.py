@@ -2,9 +2,10 @@
 epoch by epoch with progress lines, evaluate, checkpoint, write outputs, and on SIGTERM finish
 the current step, checkpoint and stop.
 
-The parts live in their own modules: the step functions and their path (``steps``, decided in
-``xla``), the epoch loops (``loop``), the learning rate (``optim``), checkpoints and resuming
-(``resume``), the compile cache (``compile_cache``) and the summary (``summary``).
+The parts live in their own modules: the devices and processes (``devices``), the step
+functions and their path (``steps``, decided in ``xla``), the epoch loops (``loop``), the
+learning rate (``optim``), checkpoints and resuming (``resume``), the compile cache
+(``compile_cache``) and the summary (``summary``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
-from trainer import stop_signal, xla
+from trainer import devices, stop_signal, xla
 from trainer.batches import DataSource
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
@@ -44,13 +45,18 @@ class TrainSpec:
     topk: Sequence[int] = (1,)
 
 
-def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, Any]:
-    """Train ``spec`` as ``config`` says; returns the summary (also written to the job dir).
-    The run's local working folders are deleted when it ends, however it ends."""
+def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
+        topology: Optional[devices.Topology] = None) -> Dict[str, Any]:
+    """Train ``spec`` as ``config`` says on ``topology`` (default: ``devices.detect``; its
+    data source must load the global batch, or this host's part of it); returns the summary
+    (also written to the job dir). The run's local working folders are deleted when it ends,
+    however it ends."""
     started = time.time()
+    topology = topology or devices.detect(config.devices)
+    writes = topology.writes_outputs
     with contextlib.ExitStack() as scratch:
         # Before anything compiles.
-        cache = scratch.enter_context(CompileCache.for_run(config.compile_cache, paths))
+        cache = scratch.enter_context(CompileCache.for_run(config.compile_cache, paths, writes))
         counts = GraphCounts()
         dev = xla.device()
         path = xla.step_path(config.step_mode)
@@ -58,15 +64,23 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         steps_per_epoch = _steps_per_epoch(config, spec.data)
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
-        checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps)
+        checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
+                                               config.batch_size)
         state = LoopState()
         restored_total = checkpoints.resume(state)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
-                                                   hypertune_tag=config.hypertune_metric))
-        log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs, batch %d", spec.name,
-                 dev, xla.device_kind(dev), path, steps_per_epoch, config.num_epochs,
-                 spec.data.batch_size)
-        run = _Run(config, spec.data, steps, state, checkpoints, _Records(outputs, counts, cache))
+                                                   hypertune_tag=config.hypertune_metric,
+                                                   writes=writes))
+        log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs", spec.name,
+                 topology.describe(), xla.device_kind(dev), path, steps_per_epoch,
+                 config.num_epochs)
+        log.info("global batch %d (--batch_size=%d per device x %d); learning rate %g as "
+                 "given, not scaled with the global batch", spec.data.batch_size,
+                 config.batch_size, topology.devices, config.lr)
+        sharding = devices.batch_sharding(topology)
+        run = _Run(config, spec.data, steps, state, checkpoints, _Records(outputs, counts, cache),
+                   _Placement(sharding, devices.StopVote(topology, stop_signal.received,
+                                                         sharding, dev)))
         progress = _ProgressLog(state, spec.data.batch_size, steps_per_epoch,
                                 config.num_epochs, outputs, initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
@@ -80,6 +94,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths) -> Dict[str, A
         outputs.save_model(to_cpu(model.state_dict()))
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
                             spec.data.batch_size, accuracy, counts, started, cache.report())
+        summary.update(devices=topology.devices, devices_found=topology.found,
+                       processes=topology.process_count, batch_size_per_device=config.batch_size,
+                       global_batch=spec.data.batch_size, learning_rate=config.lr)
         outputs.write_summary(summary)
     return summary
 
@@ -93,25 +110,37 @@ class _Records:
     cache: CompileCache
 
 
+@dataclass
+class _Placement:
+    """How batches reach the devices (None: one device) and how the processes agree to
+    stop."""
+
+    sharding: Optional[xla.BatchSharding]
+    stop: devices.StopVote
+
+    def loader(self, batches, steps: Steps):
+        return xla.device_loader(batches, steps.device, steps.path, self.sharding)
+
+
 class _Run:
     """The epochs of one ``fit``: train, evaluate, checkpoint, and stop on SIGTERM."""
 
     def __init__(self, config: TrainConfig, data: DataSource, steps: Steps, state: LoopState,
-                 checkpoints: RunCheckpoints, records: _Records) -> None:
+                 checkpoints: RunCheckpoints, records: _Records, placement: _Placement) -> None:
         self.config, self.data, self.steps, self.state = config, data, steps, state
-        self.checkpoints = checkpoints
+        self.checkpoints, self.placement = checkpoints, placement
         self.outputs, self.counts, self.cache = records.outputs, records.counts, records.cache
         self.steps_per_epoch = _steps_per_epoch(config, data)
 
     def all_epochs(self, progress: "_ProgressLog") -> Dict[str, float]:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
         state, config = self.state, self.config
-        if stop_signal.received():  # during start-up: nothing new to checkpoint
+        if self.placement.stop.settle():  # during start-up: nothing new to checkpoint
             raise Preempted("stopped by SIGTERM before training resumed at step {}".format(
                 state.global_step), "the platform restarts the job, which starts again here")
         hooks = EpochHooks(config.log_steps, progress, _every(
             config.checkpoint_steps, lambda s: self.checkpoints.save(s, self.outputs)),
-            stop_signal.received)
+            self.placement.stop.should_stop)
         accuracy: Dict[str, float] = {}
         while state.epoch < config.num_epochs:
             accuracy = self.epoch(hooks)
@@ -120,12 +149,11 @@ class _Run:
         return accuracy
 
     def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
-        state, dev = self.state, self.steps.device
+        state = self.state
         self.counts.epoch_started()
         batches = _limited(self.data.train_batches(state.epoch, state.step_in_epoch),
                            self.steps_per_epoch - state.step_in_epoch)
-        if train_epoch(self.steps, xla.device_loader(batches, dev, self.steps.path), state,
-                       hooks):
+        if train_epoch(self.steps, self.placement.loader(batches, self.steps), state, hooks):
             raise _stopped("", self.checkpoints.save(state, self.outputs), state)
         state.epoch += 1
         state.step_in_epoch = 0
@@ -144,9 +172,8 @@ class _Run:
         state = self.state
         eval_batches = _limited(self.data.eval_batches(),
                                 self.config.num_steps or self.data.eval_steps)
-        accuracy = evaluate(self.steps, xla.device_loader(eval_batches, self.steps.device,
-                                                          self.steps.path),
-                            stop_signal.received)
+        accuracy = evaluate(self.steps, self.placement.loader(eval_batches, self.steps),
+                            self.placement.stop.should_stop)
         if accuracy is None:
             self.outputs.flush()
             store = self.checkpoints.store  # the epoch was saved before its evaluation

@@ -1,4 +1,4 @@
-"""ImageNet on one XLA device: ``python -m trainer.imagenet [--flags]``.
+"""ImageNet on every XLA device of the job (``--devices``): ``python -m trainer.imagenet``.
 
 A torchvision ResNet-family model (``--model``, default resnet50) trained with SGD + momentum +
 weight decay, a linear warmup then cosine decay, label smoothing, and top-1/top-5 evaluation.
@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from trainer.batches import DataSource, FakeSource
+from trainer import devices
+from trainer.batches import DataSource, FakeSource, HostPart
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.errors import TrainerError
@@ -46,27 +47,33 @@ def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:
     return getattr(torchvision.models, config.model)(num_classes=num_classes)
 
 
-def build_data(config: TrainConfig) -> DataSource:
+def build_data(config: TrainConfig, topology: devices.Topology = devices.Topology()
+               ) -> DataSource:
+    """The data of ``config`` in global batches over ``topology``'s devices; this host's
+    part of each."""
+    batch = topology.global_batch(config.batch_size)
+    eval_batch = topology.global_batch(config.eval_batch_size or config.batch_size)
+    host = HostPart(*topology.host_part())
     if config.fake_data:
-        eval_batch = config.eval_batch_size or config.batch_size
-        return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES,
-                          config.batch_size, FAKE_TRAIN_EXAMPLES // config.batch_size,
-                          FAKE_EVAL_EXAMPLES // eval_batch, seed=config.seed)
+        return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,
+                          FAKE_TRAIN_EXAMPLES // batch, FAKE_EVAL_EXAMPLES // eval_batch,
+                          seed=config.seed, host=host)
     from trainer.imagenet_data import ImageFolderSource
 
-    return ImageFolderSource(config.data_dir, config.image_size, config.batch_size,
-                             config.num_workers, config.seed, config.eval_batch_size)
+    return ImageFolderSource(config.data_dir, config.image_size, batch, config.num_workers,
+                             config.seed, eval_batch, host)
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
         paths: Optional[OutputPaths] = None) -> Dict[str, Any]:
     """Train and evaluate; returns the summary dict (see ``trainer.fit``)."""
+    topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    data = data_override or build_data(config)
+    data = data_override or build_data(config, topology)
     model = build_model(config, getattr(data, "num_classes", NUM_CLASSES))
     loss = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
     spec = TrainSpec("imagenet-" + config.model, model, data, loss, topk=(1, 5))
-    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}))
+    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}), topology)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -7,19 +7,26 @@ from __future__ import annotations
 import os
 from typing import Iterator, List
 
+import torch
 from torch.utils.data import DataLoader, Sampler
 
-from trainer.batches import Batch, DataSource, epoch_order, pad_batch, steps_in
+from trainer.batches import Batch, DataSource, HostPart, epoch_order, pad_batch, steps_in
 from trainer.errors import DataError
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 class _EpochSampler(Sampler):
-    """The epoch's deterministic order, starting at a given example (resume)."""
+    """The epoch's deterministic order, starting at a given global batch (resume), of whole
+    global batches of ``batch``: this host's part of each."""
 
-    def __init__(self, size: int, seed: int, epoch: int, start: int) -> None:
-        self.order: List[int] = epoch_order(size, seed, epoch)[start:].tolist()
+    def __init__(self, size: int, seed: int, epoch: int, start_step: int, batch: int,
+                 host: HostPart) -> None:
+        order = epoch_order(size, seed, epoch)
+        mine = host.of(batch)
+        self.order: List[int] = [
+            index for step in range(start_step, size // batch)
+            for index in order[step * batch:(step + 1) * batch][mine].tolist()]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.order)
@@ -32,7 +39,7 @@ class ImageFolderSource(DataSource):
     """Random-resized-crop + flip for training, resize + centre crop for evaluation."""
 
     def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
-                 seed: int, eval_batch_size: int = 0) -> None:
+                 seed: int, eval_batch_size: int = 0, host: HostPart = HostPart()) -> None:
         from torchvision import datasets, transforms
 
         if data_dir.startswith("gs://"):
@@ -48,20 +55,31 @@ class ImageFolderSource(DataSource):
         _same_classes(self.train, self.val, data_dir)
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.eval_batch_size = eval_batch_size or batch_size
+        self.host, self.image_size = host, image_size
         self.num_classes = len(self.train.classes)
         self.steps_per_epoch = steps_in(len(self.train), batch_size,
                                         os.path.join(data_dir, "train"))
         self.eval_steps = -(-len(self.val) // self.eval_batch_size)
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        sampler = _EpochSampler(len(self.train), self.seed, epoch, start_step * self.batch_size)
-        return iter(DataLoader(self.train, self.batch_size, sampler=sampler, drop_last=True,
-                               num_workers=self.num_workers))
+        sampler = _EpochSampler(len(self.train), self.seed, epoch, start_step, self.batch_size,
+                                self.host)
+        return iter(DataLoader(self.train, self.batch_size // self.host.count, sampler=sampler,
+                               drop_last=True, num_workers=self.num_workers))
 
     def eval_batches(self) -> Iterator[Batch]:
-        loader = DataLoader(self.val, self.eval_batch_size, shuffle=False,
-                            num_workers=self.num_workers)
-        return (pad_batch(x, y, self.eval_batch_size) for x, y in loader)
+        """This host's part of every padded global evaluation batch: its real examples, then
+        padding (a host whose part of the last batch is all padding loads nothing for it)."""
+        size, mine = self.eval_batch_size, self.host.of(self.eval_batch_size)
+        parts = [list(range(len(self.val))[step * size:(step + 1) * size][mine])
+                 for step in range(self.eval_steps)]
+        loaded = iter(DataLoader(self.val, batch_sampler=[part for part in parts if part],
+                                 num_workers=self.num_workers))
+        empty = (torch.zeros((0, 3, self.image_size, self.image_size)),
+                 torch.zeros((0,), dtype=torch.int64))
+        for part in parts:
+            x, y = next(loaded) if part else empty
+            yield pad_batch(x, y, mine.stop - mine.start)
 
 
 def _same_classes(train, val, data_dir: str) -> None:

@@ -1,4 +1,4 @@
-"""MNIST on one XLA device: ``python -m trainer.mnist [--flags]``.
+"""MNIST on every XLA device of the job (``--devices``): ``python -m trainer.mnist [--flags]``.
 
 The model is pytorch/xla's reference MNIST network (2 conv + BN, 2 fc), so figures compare.
 The defaults (batch 64, SGD lr 0.05 momentum 0.9, weight decay 5e-4, cosine decay, random
@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainer import mnist_data
-from trainer.batches import DataSource, FakeSource, TensorSource
+from trainer import devices, mnist_data
+from trainer.batches import DataSource, FakeSource, HostPart, TensorSource
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.fit import TrainSpec, fit
@@ -55,24 +55,29 @@ def define_flags(flag_values: Any = FLAGS) -> None:
                         flag_values=flag_values)
 
 
-def build_data(config: TrainConfig) -> DataSource:
+def build_data(config: TrainConfig, topology: devices.Topology = devices.Topology()
+               ) -> DataSource:
+    """The data of ``config`` in global batches over ``topology``'s devices; this host's
+    part of each."""
+    batch = topology.global_batch(config.batch_size)
+    eval_batch = topology.global_batch(config.eval_batch_size or config.batch_size)
+    host = HostPart(*topology.host_part())
     if config.fake_data:
-        return FakeSource((1, 28, 28), 10, config.batch_size,
-                          FAKE_TRAIN_EXAMPLES // config.batch_size,
-                          FAKE_EVAL_EXAMPLES // (config.eval_batch_size or config.batch_size),
-                          seed=config.seed)
+        return FakeSource((1, 28, 28), 10, batch, FAKE_TRAIN_EXAMPLES // batch,
+                          FAKE_EVAL_EXAMPLES // eval_batch, seed=config.seed, host=host)
     (train_x, train_y), (eval_x, eval_y) = mnist_data.load_splits(config.data_dir)
-    return TensorSource(train_x, train_y, eval_x, eval_y, config.batch_size, config.seed,
-                        augment=mnist_data.random_shift,
-                        eval_batch_size=config.eval_batch_size or config.batch_size)
+    return TensorSource(train_x, train_y, eval_x, eval_y, batch, config.seed,
+                        augment=mnist_data.random_shift, eval_batch_size=eval_batch, host=host)
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
         paths: Optional[OutputPaths] = None) -> Dict[str, Any]:
     """Train and evaluate; returns the summary dict (see ``trainer.fit``)."""
+    topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    spec = TrainSpec("mnist", MnistNet(), data_override or build_data(config), F.nll_loss)
-    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}))
+    spec = TrainSpec("mnist", MnistNet(), data_override or build_data(config, topology),
+                     F.nll_loss)
+    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}), topology)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -101,10 +101,13 @@ def trial_id(environ: Mapping[str, str]) -> Optional[str]:
 
 class RunOutputs:
     """Writes metrics, event files, the model and the summary; ``resume_step`` drops metric
-    lines logged after the checkpoint a resumed run restarts from."""
+    lines logged after the checkpoint a resumed run restarts from. ``writes``: False for
+    every process of a slice but one, which then writes and reports nothing."""
 
     def __init__(self, paths: OutputPaths, resume_step: int = 0,
-                 hypertune_tag: str = "accuracy") -> None:
+                 hypertune_tag: str = "accuracy", writes: bool = True) -> None:
+        self.writes = writes
+        paths = paths if writes else OutputPaths()
         self.paths = paths
         self.hypertune_tag = hypertune_tag
         self._work = tempfile.mkdtemp(prefix="trainer-outputs-")
@@ -170,6 +173,8 @@ class RunOutputs:
     def report_hypertune(self, value: float, step: int) -> None:
         """Report the tuning metric the way AI Platform / Vertex hyperparameter tuning reads
         it (cloudml-hypertune appends to ``$CLOUD_ML_HP_METRIC_FILE``)."""
+        if not self.writes:
+            return
         if self._hypertune is None:
             import hypertune
 

@@ -1,10 +1,12 @@
 """The few torch_xla calls the trainers make, written once for torch_xla 1.12 (XRT image) and
-2.9 (PJRT), where some were renamed. Nothing else in ``trainer`` imports torch_xla."""
+2.9 (PJRT), where some were renamed. Nothing else in ``trainer`` imports torch_xla: the step
+path is decided here (``step_path``), and the device facts behind ``trainer.devices`` (how
+many devices, which process of how many, the SPMD mesh and batch sharding) are read here."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 import torch_xla
@@ -55,15 +57,20 @@ def wait() -> None:
     xm.wait_device_ops()
 
 
-def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY) -> Iterable:
+def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
+                  sharding: Optional["BatchSharding"] = None) -> Iterable:
     """``batches`` on ``dev``, copied in the background by torch_xla's loader (host-to-device
     copies overlap compute). Lazy path: the loader also cuts the graph (one ``mark_step``)
     after every batch. Compiled path: nothing is cut, since the compiled steps leave no pending
     graph and a sync would only add host work per step; callers ``sync()`` where step closures
-    must run."""
+    must run. With ``sharding`` (SPMD), each batch is copied once, split over the devices
+    along its first dimension."""
+    options: Dict[str, Any] = {}
     if path == COMPILED:
-        return MpDeviceLoader(batches, dev, batches_per_execution=_NEVER)
-    return MpDeviceLoader(batches, dev)
+        options["batches_per_execution"] = _NEVER
+    if sharding is not None:
+        options["input_sharding"] = sharding
+    return MpDeviceLoader(batches, dev, **options)
 
 
 _NEVER = 2 ** 62  # batches between the loader's syncs
@@ -82,9 +89,13 @@ def compile_count() -> int:
 
 
 def execute_count() -> int:
-    """Graph executions on the device so far."""
-    data = met.metric_data("ExecuteTime")
-    return int(data[0]) if data else 0
+    """Graph executions on the device so far (an SPMD execution runs on every device at once
+    and counts once)."""
+    total = 0
+    for name in ("ExecuteTime", "ExecuteReplicatedTime"):  # one device; SPMD
+        data = met.metric_data(name)
+        total += int(data[0]) if data else 0
+    return total
 
 
 def graph_compiler_available() -> bool:
@@ -148,12 +159,13 @@ def loads_cached_programs() -> bool:
     return _device_type() not in ("CPU", "")
 
 
-def use_persistent_cache(local_folder: str) -> bool:
-    """Compile through a persistent cache in ``local_folder``; False (and nothing changes)
-    when this process has compiled already, since the cache must come first."""
+def use_persistent_cache(local_folder: str, readonly: bool = False) -> bool:
+    """Compile through a persistent cache in ``local_folder`` (``readonly``: load entries,
+    never add any); False (and nothing changes) when this process has compiled already,
+    since the cache must come first."""
     if torch_xla._XLAC._xla_computation_cache_is_initialized():
         return False
-    _runtime().initialize_cache(local_folder, readonly=False)
+    _runtime().initialize_cache(local_folder, readonly=readonly)
     return True
 
 
@@ -176,3 +188,79 @@ def _device_type() -> str:
     kind = runtime.device_type() if runtime is not None and hasattr(runtime, "device_type") \
         else None
     return str(kind or os.environ.get("PJRT_DEVICE", "") or "XRT").upper()
+
+
+# --- devices and processes (read by ``trainer.devices``, which decides what to use) ---------
+
+def spmd_available() -> bool:
+    """Whether this torch_xla can run one process over several devices (SPMD: 2.x)."""
+    runtime = _runtime()
+    if runtime is None or not hasattr(runtime, "use_spmd"):
+        return False
+    try:
+        import torch_xla.distributed.spmd  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def device_counts() -> Tuple[int, int]:
+    """(devices of the whole job, devices of this host) as the runtime sees them. torch_xla
+    1.x counts the devices of the process's own TPU or CPU (a TPU node's 8 cores)."""
+    runtime = _runtime()
+    if runtime is not None and hasattr(runtime, "global_runtime_device_count"):
+        return (runtime.global_runtime_device_count(),
+                runtime.addressable_runtime_device_count())
+    found = len(xm.get_xla_supported_devices() or [None])
+    return found, found
+
+
+def process_place() -> Tuple[int, int]:
+    """(this process's index, the number of processes) of the job: one per host under SPMD."""
+    runtime = _runtime()
+    if runtime is not None and hasattr(runtime, "process_count"):
+        return runtime.process_index(), runtime.process_count()
+    return 0, 1
+
+
+def spmd_enabled() -> bool:
+    runtime = _runtime()
+    return bool(runtime is not None and hasattr(runtime, "is_spmd") and runtime.is_spmd())
+
+
+def enable_spmd() -> None:
+    """Make this process one SPMD program over every device (before any tensor is on them)."""
+    _runtime().use_spmd()
+
+
+class BatchSharding:
+    """How the device loader places a batch under SPMD: every tensor split along its first
+    (batch) dimension over the mesh's one ``data`` axis, whatever its rank (images and labels
+    alike), the rest replicated. ``host_part``: each process supplies only its own devices'
+    part of the global batch (a multi-host slice), which the runtime joins into one tensor.
+    Duck-typed as torch_xla's ``ShardingSpec``, which fits tensors of one rank only."""
+
+    def __init__(self, devices: int, host_part: bool) -> None:
+        import numpy
+        import torch_xla.distributed.spmd as xs
+
+        self._xs = xs
+        self.mesh = xs.Mesh(numpy.arange(devices), (devices,), ("data",))
+        self.minibatch = host_part
+        self._by_rank: Dict[int, Any] = {}
+
+    def spec(self, rank: int) -> Any:
+        if rank not in self._by_rank:
+            self._by_rank[rank] = self._xs.ShardingSpec(
+                self.mesh, ("data",) + (None,) * (rank - 1), minibatch=self.minibatch)
+        return self._by_rank[rank]
+
+    def xla_spec(self, tensor: torch.Tensor) -> Any:
+        """The spec torch_xla's transfer applies to ``tensor`` (None for a scalar: copied
+        whole to every device)."""
+        return self.spec(tensor.dim()).xla_spec(tensor) if tensor.dim() else None
+
+    def to_device(self, tensor: torch.Tensor, dev: torch.device) -> torch.Tensor:
+        """One host tensor onto ``dev``, sharded like a batch."""
+        return torch_xla._XLAC._xla_tensors_from_aten([tensor], [str(dev)],
+                                                     [self.xla_spec(tensor)])[0]

@@ -31,7 +31,8 @@ class Platform:
     ``kind`` is one of EXPLICIT, TPU_NODE, TPU_VM, LOCAL. ``facts`` are ordered
     ``(label, value)`` pairs for the start-up summary; ``warnings`` are sanity-check findings
     that do not stop the job. ``user_settings`` are runtime variables the user set explicitly:
-    they are kept as they are and reported, never overwritten.
+    they are kept as they are and reported, never overwritten. ``tpu_chips``: one label per
+    local TPU chip (a TPU VM), such as ``"TPU v5e"``.
     """
 
     kind: str
@@ -40,3 +41,4 @@ class Platform:
     facts: Tuple[Tuple[str, str], ...] = ()
     warnings: Tuple[str, ...] = ()
     user_settings: Tuple[Tuple[str, str], ...] = ()
+    tpu_chips: Tuple[str, ...] = ()

@@ -49,7 +49,8 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
     facts = [("TPU chips", "{} ({})".format(len(chips), ", ".join(sorted(set(chips)))))]
     facts.extend(("hint", hint) for hint in hints)
     facts.extend(("not a TPU", other) for other in others)
-    return Platform(kind=TPU_VM, description="TPU VM with local chips", facts=tuple(facts))
+    return Platform(kind=TPU_VM, description="TPU VM with local chips", facts=tuple(facts),
+                    tpu_chips=chips)
 
 
 def find_tpu_chips(root: str, google_ids: Optional[List[str]] = None) -> Tuple[str, ...]:

@@ -29,6 +29,37 @@ def test_every_template_passes_once_the_image_is_set(template):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+def test_no_template_asks_for_devices_the_image_leaves_idle_without_a_warning(template):
+    """The xrt image trains on one core of a TPU node; the pjrt image on every chip of the
+    job (SPMD), so only legacy templates may leave devices idle, and they must say so."""
+    job = yaml.safe_load(template.read_text())
+    result = subprocess.run([sys.executable, "-m", "jobspec", "check", str(template),
+                             "--image", "gcr.io/my-project/trainer:v1"], cwd=str(REPO),
+                            capture_output=True, text=True)
+    if "trainingInput" in job:
+        cores = job["trainingInput"]["workerConfig"]["acceleratorConfig"]["count"]
+        assert ("count: {} TPU cores, of which the bundled trainers use 1 ({} stay idle)"
+                .format(cores, cores - 1)) in result.stdout + result.stderr
+    else:
+        assert "idle" not in result.stdout + result.stderr
+
+
+def test_the_vertex_templates_are_the_machines_users_rent():
+    shapes = set()
+    for template in TEMPLATES:
+        for pool in yaml.safe_load(template.read_text()).get("workerPoolSpecs", []):
+            machine = pool["machineSpec"]
+            shapes.add((machine["machineType"], machine.get("tpuTopology")))
+    assert {("ct5lp-hightpu-4t", "2x2"), ("ct5lp-hightpu-8t", "2x4"),
+            ("ct6e-standard-4t", "2x2")} <= shapes
+
+
+def beyond_idle_cores(findings):
+    """``findings`` without the warning every legacy TPU job gets (its idle cores)."""
+    return [finding for finding in findings if "stay idle" not in finding.problem]
+
+
 def broken(change):
     job = copy.deepcopy(V3)
     change(job["trainingInput"])
@@ -73,7 +104,7 @@ def test_broken_specs_fail_with_the_right_finding(job, path, text):
 
 
 def test_region_outside_tpu_regions_is_only_a_warning():
-    findings = check_job(V3, region="asia-east1")
+    findings = beyond_idle_cores(check_job(V3, region="asia-east1"))
     assert [f.level for f in findings] == ["warning"] and "us-central1" in findings[0].fix
 
 
@@ -215,8 +246,8 @@ def as_submitted(example):
 
 
 def test_the_seed_pytorch_example_passes():
-    assert [str(f) for f in check_job(as_submitted(SEED_EXAMPLES[0]),
-                                      region="us-central1")] == []
+    findings = check_job(as_submitted(SEED_EXAMPLES[0]), region="us-central1")
+    assert [str(f) for f in beyond_idle_cores(findings)] == []
 
 
 @pytest.mark.parametrize("example", SEED_EXAMPLES[1:])
@@ -224,12 +255,12 @@ def test_the_seeds_unquoted_tpu_version_is_refused_as_gcloud_does_and_passes_quo
     # The seed writes `tpuTfVersion: 2.11`: YAML reads a float, and gcloud's apitools decoding
     # stops with "Expected type <class 'str'> for field tpuTfVersion, found 2.11".
     job = as_submitted(example)
-    [finding] = check_job(job, region="us-central1")
+    [finding] = beyond_idle_cores(check_job(job, region="us-central1"))
     assert finding.path == "trainingInput.workerConfig.tpuTfVersion"
     assert "is a number, the API wants a string" in finding.problem
     assert finding.fix == 'write it in quotes: "2.11"'
     job["trainingInput"]["workerConfig"]["tpuTfVersion"] = "2.11"
-    assert check_job(job, region="us-central1") == []
+    assert beyond_idle_cores(check_job(job, region="us-central1")) == []
 
 
 def pool(machine_spec):

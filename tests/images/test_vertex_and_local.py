@@ -38,6 +38,19 @@ def test_vertex_aip_dirs_into_a_mounted_folder(images, tmp_path):
     assert any((tmp_path / "logs").iterdir())
 
 
+def test_four_cpu_devices_train_one_spmd_program_in_the_container(images, tmp_path):
+    result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=/out",
+                           env={"CPU_NUM_DEVICES": "4"}, volumes={str(tmp_path): "/out"})
+    assert result.returncode == 0, result.stderr
+    assert ("launcher: devices: the trainer uses 4 of 4 on this host (--devices=auto: one SPMD "
+            "program over CPU_NUM_DEVICES=4 CPU devices)") in result.stderr
+    assert "mnist on 4 of 4 devices (SPMD, a 4-device data mesh)" in result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["devices"], summary["global_batch"], summary["global_step"]) == (4, 128, 6)
+    # One execution on all four devices per step: 6 training and 6 evaluation (--num_steps).
+    assert summary["executions_per_epoch"] == [6 + 6]
+
+
 def test_job_dir_on_gcs(images, gcs, gcs_server):
     job = "gs://{}/jobs/1".format(gcs.name)
     result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=" + job,

@@ -110,7 +110,9 @@ def test_a_hung_api_does_not_outlive_the_deadline(cloud, trainer_out):
                                        LAUNCHER_TPU_WAIT_TIMEOUT="3"))
     assert result.returncode == EX_UNAVAILABLE, result.stderr
     assert "not usable within 3s" in result.stderr
-    assert time.monotonic() - started < 3 + 6  # TensorFlow's import takes about 3 s
+    # Far below the API's 60 s hang on any machine: TensorFlow's import alone takes 3 s on an
+    # idle machine and over 10 s on a loaded one, so no tighter bound is safe here.
+    assert time.monotonic() - started < 30
 
 
 def test_vertex_tpu_vm_gets_pjrt_tpu(tmp_path, trainer_out):

@@ -1,0 +1,188 @@
+"""The one home of the device topology: how many devices the job trains on, this process's
+place among the job's processes, who writes the outputs, how a batch is split, and how the
+processes agree to stop. The loop, checkpoints and outputs ask a ``Topology``; the runtime
+facts behind it are read in ``trainer.xla`` and nowhere else.
+
+Several devices are used the way pytorch/xla recommends for TPU VMs, SPMD: one process per
+host runs one program over a mesh of every device of the job, each batch split over the mesh's
+``data`` axis along its first dimension and the parameters replicated, and the XLA partitioner
+inserts the gradient all-reduce. So the loss of a global batch is its mean over all devices'
+examples, exactly as on one device, and the batch-norm statistics span the global batch too.
+
+The rules (``choose``):
+
+- ``--devices=auto`` (the default): every device the runtime sees (one on a laptop; every
+  chip of a TPU VM or slice); on torch_xla 1.x, which has no SPMD, one, with a warning naming
+  the devices left idle;
+- ``--devices=1``: the single-device mode the image began with (not on a multi-host slice,
+  where every host must join the one program);
+- ``--devices=N``: must be what the runtime sees (a torch_xla mesh spans every device it sees;
+  fewer are exposed with ``CPU_NUM_DEVICES`` or ``TPU_VISIBLE_CHIPS``).
+
+``--batch_size`` is per device: the global batch is ``batch_size x devices``, and each host
+loads only its own devices' part of it. The learning rate is ``--lr`` whatever the device
+count (as in pytorch/xla's reference scripts): a job moved to more devices at the same
+``--batch_size`` trains on a larger batch at the same rate.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from trainer import xla
+from trainer.config import parse_devices
+from trainer.errors import EX_USAGE, TrainerError
+
+log = logging.getLogger("trainer")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where a run trains. ``devices``: in the job's mesh, all hosts (1: one device, no
+    SPMD); ``found``: what the runtime sees, all hosts; ``local_devices``: of ``devices``, on
+    this host; ``process_index`` of ``process_count`` processes (one per host)."""
+
+    devices: int = 1
+    found: int = 1
+    local_devices: int = 1
+    process_index: int = 0
+    process_count: int = 1
+
+    @property
+    def spmd(self) -> bool:
+        return self.devices > 1
+
+    @property
+    def writes_outputs(self) -> bool:
+        """Whether this process writes metrics, TensorBoard files, checkpoints, the model and
+        the summary: exactly one process of the job does (the others hold the same replicated
+        state)."""
+        return self.process_index == 0
+
+    def global_batch(self, per_device: int) -> int:
+        return per_device * self.devices
+
+    def host_part(self) -> Tuple[int, int]:
+        """(part, parts): this host loads part ``part`` of every global batch cut into
+        ``parts`` equal consecutive pieces (the runtime numbers each host's devices
+        consecutively, so its piece lands on its own devices)."""
+        return self.process_index, self.process_count
+
+    def describe(self) -> str:
+        text = "{} of {} device{}".format(self.devices, self.found,
+                                          "" if self.found == 1 else "s")
+        if self.spmd:
+            text += " (SPMD, a {}-device data mesh)".format(self.devices)
+        if self.process_count > 1:
+            text += ", host {} of {}".format(self.process_index + 1, self.process_count)
+        return text
+
+
+def choose(requested: Optional[int], found: int, local: int, place: Tuple[int, int],
+           spmd_available: bool) -> Topology:
+    """The topology for ``--devices`` (``requested``; None: auto) where the runtime sees
+    ``found`` devices in all, ``local`` on this host, and this process is ``place`` =
+    (index, count). A request the runtime cannot meet is a usage error (exit 64), never a
+    silent change of device count."""
+    index, count = place
+    if count > 1 and not spmd_available:  # torch_xla 1.x never reports several processes
+        raise TrainerError("{} processes but no SPMD in this torch_xla".format(count),
+                           "use a torch_xla 2.x image for multi-host slices", EX_USAGE)
+    if requested is None:
+        devices = found if spmd_available else 1
+        if devices < found:
+            log.warning("devices: torch_xla %s has no SPMD: training on 1 of %d devices, "
+                        "%d idle (a torch_xla 2.x image uses all)", xla.torch_xla_version(),
+                        found, found - 1)
+    elif requested == 1:
+        if count > 1:
+            raise TrainerError("--devices=1 on a slice of {} hosts: each host would train "
+                               "alone".format(count), "use --devices=auto: every host joins "
+                               "one program over all {} devices".format(found), EX_USAGE)
+        devices = 1
+    elif not spmd_available:
+        raise TrainerError("--devices={} needs SPMD, which torch_xla {} does not have".format(
+            requested, xla.torch_xla_version()),
+            "use --devices=1 (or auto) on this image, or a torch_xla 2.x (PJRT) image",
+            EX_USAGE)
+    elif requested > found:
+        raise TrainerError("--devices={} but the runtime sees {} device{}".format(
+            requested, found, "" if found == 1 else "s"),
+            "use --devices=auto; on the CPU device CPU_NUM_DEVICES=N gives N", EX_USAGE)
+    elif requested < found:
+        raise TrainerError("--devices={}: a torch_xla mesh spans all {} devices the runtime "
+                           "sees".format(requested, found),
+                           "use --devices=auto ({}) or 1, or expose {} devices "
+                           "(CPU_NUM_DEVICES, TPU_VISIBLE_CHIPS)".format(found, requested),
+                           EX_USAGE)
+    else:
+        devices = requested
+    return Topology(devices, found, local if devices > 1 else 1, index, count)
+
+
+def detect(requested: str) -> Topology:
+    """The topology of this process for ``--devices`` (text), from the runtime's own device
+    and process counts; switches the runtime to SPMD when it spans several devices. Call it
+    before any tensor is on the device."""
+    spmd_available = xla.spmd_available()
+    found, local = xla.device_counts()
+    place = xla.process_place() if spmd_available else (0, 1)
+    topology = choose(parse_devices(requested), found, local, place, spmd_available)
+    if topology.spmd and not xla.spmd_enabled():
+        xla.enable_spmd()
+    elif not topology.spmd and xla.spmd_enabled():
+        raise TrainerError("--devices=1 but this process already runs SPMD (XLA_USE_SPMD is "
+                           "set?)", "unset XLA_USE_SPMD (the trainer turns SPMD on itself "
+                           "when it uses several devices), or use --devices=auto", EX_USAGE)
+    return topology
+
+
+def batch_sharding(topology: Topology) -> Optional[xla.BatchSharding]:
+    """How the device loader splits batches for ``topology`` (None: one device, no split)."""
+    if not topology.spmd:
+        return None
+    return xla.BatchSharding(topology.devices, host_part=topology.process_count > 1)
+
+
+class StopVote:
+    """``should_stop()``: whether the run stops at this step boundary, the same answer on
+    every host, so no host is left waiting in a collective for one that stopped.
+
+    One process: its own SIGTERM flag (``local``), read on the host. Several (a slice): each
+    host puts its flag on its devices, the job sums the flags over the mesh (an all-reduce),
+    and every host reads the sum. The vote dispatched at one boundary is read at the next, so
+    reading it waits only for the step before, never for the one just queued: a SIGTERM on any
+    host ends the run on every host one step later, at the same step."""
+
+    def __init__(self, topology: Topology, local, sharding: Optional[xla.BatchSharding],
+                 dev: torch.device) -> None:
+        self.topology, self.local, self.sharding, self.dev = topology, local, sharding, dev
+        self._pending: Optional[torch.Tensor] = None
+
+    def should_stop(self) -> bool:
+        if self.topology.process_count == 1:
+            return bool(self.local())
+        previous, self._pending = self._pending, self.tally(self._votes())
+        xla.sync()  # dispatch this boundary's vote (with the step, on the lazy path)
+        return previous is not None and bool(previous.item() > 0)
+
+    def settle(self) -> bool:
+        """A vote read at once (start-up: no step is in flight), dropping any pending one."""
+        if self.topology.process_count == 1:
+            return bool(self.local())
+        self._pending = None
+        total = self.tally(self._votes())
+        xla.sync()
+        return bool(total.item() > 0)
+
+    def tally(self, votes: torch.Tensor) -> torch.Tensor:
+        """The sum over the mesh of ``votes`` (a host tensor with one entry per device of this
+        host; on one process, one per device of the job), as a replicated device scalar."""
+        return self.sharding.to_device(votes, self.dev).sum()
+
+    def _votes(self) -> torch.Tensor:
+        return torch.full((self.topology.local_devices,), float(bool(self.local())))

@@ -56,6 +56,9 @@ class HostPart:
         return slice(self.index * size, (self.index + 1) * size)
 
 
+WHOLE = HostPart()  # one host loads every global batch whole
+
+
 def pad_batch(x: torch.Tensor, y: torch.Tensor, size: int) -> Batch:
     """Pad a short evaluation batch to ``size`` with zero images labelled IGNORE_LABEL."""
     missing = size - len(x)
@@ -92,7 +95,7 @@ class TensorSource(DataSource):
     seed: int = 1
     augment: Optional[object] = None
     eval_batch_size: int = 0
-    host: HostPart = HostPart()
+    host: HostPart = WHOLE
 
     def __post_init__(self) -> None:
         self.eval_batch_size = self.eval_batch_size or self.batch_size
@@ -132,7 +135,7 @@ class FakeSource(DataSource):
     steps_per_epoch: int
     eval_steps: int
     seed: int = 1
-    host: HostPart = HostPart()
+    host: HostPart = WHOLE
 
     def __post_init__(self) -> None:
         generator = torch.Generator()

@@ -34,6 +34,7 @@ from typing import Optional, Tuple
 import torch
 
 from trainer import xla
+from trainer.batches import HostPart
 from trainer.config import parse_devices
 from trainer.errors import EX_USAGE, TrainerError
 
@@ -80,6 +81,9 @@ class Topology:
         if self.process_count > 1:
             text += ", host {} of {}".format(self.process_index + 1, self.process_count)
         return text
+
+
+ONE_DEVICE = Topology()  # the single-device mode; also the default where none is given
 
 
 def choose(requested: Optional[int], found: int, local: int, place: Tuple[int, int],
@@ -139,6 +143,15 @@ def detect(requested: str) -> Topology:
                            "set?)", "unset XLA_USE_SPMD (the trainer turns SPMD on itself "
                            "when it uses several devices), or use --devices=auto", EX_USAGE)
     return topology
+
+
+def batch_layout(batch_size: int, eval_batch_size: int, topology: Topology
+                 ) -> Tuple[int, int, HostPart]:
+    """(global training batch, global evaluation batch, this host's part of each) for
+    per-device ``batch_size`` and ``eval_batch_size`` (0: the training batch's)."""
+    return (topology.global_batch(batch_size),
+            topology.global_batch(eval_batch_size or batch_size),
+            HostPart(*topology.host_part()))
 
 
 def batch_sharding(topology: Topology) -> Optional[xla.BatchSharding]:

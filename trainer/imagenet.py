@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from trainer import devices
-from trainer.batches import DataSource, FakeSource, HostPart
+from trainer.batches import DataSource, FakeSource
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.errors import TrainerError
@@ -47,13 +47,12 @@ def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:
     return getattr(torchvision.models, config.model)(num_classes=num_classes)
 
 
-def build_data(config: TrainConfig, topology: devices.Topology = devices.Topology()
+def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEVICE
                ) -> DataSource:
     """The data of ``config`` in global batches over ``topology``'s devices; this host's
     part of each."""
-    batch = topology.global_batch(config.batch_size)
-    eval_batch = topology.global_batch(config.eval_batch_size or config.batch_size)
-    host = HostPart(*topology.host_part())
+    batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
+                                                   topology)
     if config.fake_data:
         return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,
                           FAKE_TRAIN_EXAMPLES // batch, FAKE_EVAL_EXAMPLES // eval_batch,

@@ -10,7 +10,7 @@ from typing import Iterator, List
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from trainer.batches import Batch, DataSource, HostPart, epoch_order, pad_batch, steps_in
+from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, pad_batch, steps_in
 from trainer.errors import DataError
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -39,7 +39,7 @@ class ImageFolderSource(DataSource):
     """Random-resized-crop + flip for training, resize + centre crop for evaluation."""
 
     def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
-                 seed: int, eval_batch_size: int = 0, host: HostPart = HostPart()) -> None:
+                 seed: int, eval_batch_size: int = 0, host: HostPart = WHOLE) -> None:
         from torchvision import datasets, transforms
 
         if data_dir.startswith("gs://"):

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from trainer import devices, mnist_data
-from trainer.batches import DataSource, FakeSource, HostPart, TensorSource
+from trainer.batches import DataSource, FakeSource, TensorSource
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.fit import TrainSpec, fit
@@ -55,13 +55,12 @@ def define_flags(flag_values: Any = FLAGS) -> None:
                         flag_values=flag_values)
 
 
-def build_data(config: TrainConfig, topology: devices.Topology = devices.Topology()
+def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEVICE
                ) -> DataSource:
     """The data of ``config`` in global batches over ``topology``'s devices; this host's
     part of each."""
-    batch = topology.global_batch(config.batch_size)
-    eval_batch = topology.global_batch(config.eval_batch_size or config.batch_size)
-    host = HostPart(*topology.host_part())
+    batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
+                                                   topology)
     if config.fake_data:
         return FakeSource((1, 28, 28), 10, batch, FAKE_TRAIN_EXAMPLES // batch,
                           FAKE_EVAL_EXAMPLES // eval_batch, seed=config.seed, host=host)

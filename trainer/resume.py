@@ -17,7 +17,7 @@ import torch
 
 from trainer import xla
 from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
-from trainer.devices import Topology
+from trainer.devices import ONE_DEVICE, Topology
 from trainer.errors import EX_USAGE, DataError, TrainerError
 from trainer.loop import LoopState
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
@@ -32,14 +32,14 @@ class RunCheckpoints:
     resumed."""
 
     def __init__(self, store: Optional[CheckpointStore], steps: Steps,
-                 topology: Topology = Topology(), batch_size: int = 0) -> None:
+                 topology: Topology = ONE_DEVICE, batch_size: int = 0) -> None:
         self.store, self.steps = store, steps
         self.topology, self.batch_size = topology, batch_size
         self.global_batch = topology.global_batch(batch_size)
 
     @classmethod
     def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps,
-                  topology: Topology = Topology(), batch_size: int = 0) -> "RunCheckpoints":
+                  topology: Topology = ONE_DEVICE, batch_size: int = 0) -> "RunCheckpoints":
         directory = checkpoint_directory(paths)
         if directory is None:
             log.warning("no --job_dir (nor AIP_CHECKPOINT_DIR): checkpoints are not written")

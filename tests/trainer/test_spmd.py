@@ -12,7 +12,6 @@ checkpoints move between device counts; SIGTERM stops all devices with a checkpo
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -27,13 +26,13 @@ if os.environ.get("CPU_NUM_DEVICES") != str(DEVICES):
                 allow_module_level=True)
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-import torch_xla  # noqa: E402
-
 import one_program  # noqa: E402
+import torch_xla  # noqa: E402
+from mnist_files import write_mnist  # noqa: E402
+from test_trainer_process import finish, sigterm_at_step_10, trainer  # noqa: E402
+
 from agreement import assert_same_training, assert_training_differs  # noqa: E402
 from conftest import MNIST_SUBSET, REPO, TESTS, clean_environ, needs_mnist  # noqa: E402
-from mnist_files import write_mnist  # noqa: E402
-from test_trainer_process import finish, trainer, wait_for_line  # noqa: E402
 from trainer import devices, imagenet, mnist, xla  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.errors import EX_USAGE, TrainerError  # noqa: E402
@@ -207,16 +206,6 @@ def test_resuming_with_another_global_batch_is_refused_with_the_batch_that_fits(
 
 
 def test_sigterm_on_four_devices_checkpoints_and_exits_143(tmp_path):
-    process = trainer("trainer.mnist", "--fake_data", "--batch_size=8", "--log_steps=5",
-                      "--job_dir=" + str(tmp_path), environ={"CPU_NUM_DEVICES": str(DEVICES)})
-    try:
-        wait_for_line(process, "step 10/")
-        process.send_signal(signal.SIGTERM)
-        code, _, err = finish(process, 120)
-    finally:
-        process.kill()
-    assert code == 143, err
-    assert "stopped by SIGTERM at step" in err
-    [checkpoint] = os.listdir(str(tmp_path / "checkpoints"))
-    state = torch.load(str(tmp_path / "checkpoints" / checkpoint), weights_only=False)
-    assert state["step"] >= 10 and state["global_batch"] == 8 * DEVICES
+    state = sigterm_at_step_10(tmp_path, "--batch_size=8",
+                               environ={"CPU_NUM_DEVICES": str(DEVICES)})
+    assert state["global_batch"] == 8 * DEVICES

@@ -87,19 +87,27 @@ def wait_for_line(process, needle, timeout=120):
             break
     raise AssertionError("never printed {!r}: {}".format(needle, process.stderr.read()))
 
-def test_sigterm_checkpoints_and_exits_143(tmp_path):
-    process = trainer("trainer.mnist", "--fake_data", "--log_steps=5", "--job-dir=" +
-                      str(tmp_path))
+def sigterm_at_step_10(job, *args, environ=None):
+    """MNIST on fake data into ``job``, sent SIGTERM once it logged step 10: it must exit 143
+    naming the stop; returns its one checkpoint's state."""
+    process = trainer("trainer.mnist", "--fake_data", "--log_steps=5", "--job-dir=" + str(job),
+                      *args, environ=environ)
     try:
         wait_for_line(process, "step 10/")
         process.send_signal(signal.SIGTERM)
-        returncode, _, err = finish(process, 60)
+        returncode, _, err = finish(process, 120)
     finally:
         process.kill()
     assert returncode == 143, err
     assert "stopped by SIGTERM at step" in err
-    [checkpoint] = os.listdir(str(tmp_path / "checkpoints"))
-    assert int(checkpoint[5:14]) >= 10
+    [checkpoint] = os.listdir(str(job / "checkpoints"))
+    state = torch.load(str(job / "checkpoints" / checkpoint), weights_only=False)
+    assert state["step"] >= 10
+    return state
+
+
+def test_sigterm_checkpoints_and_exits_143(tmp_path):
+    sigterm_at_step_10(tmp_path)
     assert (tmp_path / "metrics.jsonl").read_text().count('"train"') >= 2
 
 def metric_steps(job):

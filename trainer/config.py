@@ -27,9 +27,10 @@ MAX_COUNT = 2 ** 31 - 1  # the compiled step's counter is int32
 class TrainConfig:
     """Everything a run needs. Defaults here are MNIST's; each trainer sets its own flags."""
 
-    batch_size: int = 64
+    batch_size: int = 16
     num_epochs: int = 5
     lr: float = 0.05
+    lr_batch: int = 64
     momentum: float = 0.9
     weight_decay: float = 5e-4
     warmup_epochs: float = 0.0
@@ -69,7 +70,7 @@ class TrainConfig:
                 raise TrainerError("--{} must be positive, got {}".format(
                     name, getattr(self, name)), "e.g. --{}={}".format(
                     name, getattr(TrainConfig, name)))
-        non_negative = ("lr", "momentum", "weight_decay", "warmup_epochs", "log_steps",
+        non_negative = ("lr", "lr_batch", "momentum", "weight_decay", "warmup_epochs", "log_steps",
                         "num_workers", "num_steps", "checkpoint_steps", "eval_batch_size")
         for name in non_negative:
             if getattr(self, name) < 0:
@@ -115,9 +116,12 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
     values = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     values.update(defaults)
     helps = {
-        "batch_size": "examples per training step",
+        "batch_size": "examples per training step and device (the global batch is this x "
+                      "--devices)",
         "num_epochs": "passes over the training data",
-        "lr": "peak learning rate (SGD)",
+        "lr": "peak learning rate (SGD) of a global batch of --lr_batch examples",
+        "lr_batch": "the global batch --lr is for: the run's peak rate is lr x global batch / "
+                    "lr_batch (linear scaling); 0: --lr as given",
         "momentum": "SGD momentum",
         "weight_decay": "L2 weight decay",
         "warmup_epochs": "linear learning-rate warmup, in epochs (then cosine decay)",

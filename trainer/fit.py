@@ -62,7 +62,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         path = xla.step_path(config.step_mode)
         model = spec.model.to(dev)
         steps_per_epoch = _steps_per_epoch(config, spec.data)
-        optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch)
+        optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
+                                                   spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size)
@@ -74,9 +75,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs", spec.name,
                  topology.describe(), xla.device_kind(dev), path, steps_per_epoch,
                  config.num_epochs)
-        log.info("global batch %d (--batch_size=%d per device x %d); learning rate %g as "
-                 "given, not scaled with the global batch", spec.data.batch_size,
-                 config.batch_size, topology.devices, config.lr)
+        log.info("global batch %d (--batch_size=%d per device x %d); peak learning rate %g "
+                 "(%s)", spec.data.batch_size, config.batch_size, topology.devices,
+                 learning_rate.peak, "--lr={:g} x {} / --lr_batch={}".format(
+                     config.lr, spec.data.batch_size, config.lr_batch)
+                 if config.lr_batch else "--lr as given: --lr_batch=0")
         sharding = devices.batch_sharding(topology)
         run = _Run(config, spec.data, steps, state, checkpoints, _Records(outputs, counts, cache),
                    _Placement(sharding, devices.StopVote(topology, stop_signal.received,
@@ -96,7 +99,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                             spec.data.batch_size, accuracy, counts, started, cache.report())
         summary.update(devices=topology.devices, devices_found=topology.found,
                        processes=topology.process_count, batch_size_per_device=config.batch_size,
-                       global_batch=spec.data.batch_size, learning_rate=config.lr)
+                       global_batch=spec.data.batch_size,
+                       learning_rate=steps.learning_rate.peak)
         outputs.write_summary(summary)
     return summary
 
@@ -119,7 +123,18 @@ class _Placement:
     stop: devices.StopVote
 
     def loader(self, batches, steps: Steps):
-        return xla.device_loader(batches, steps.device, steps.path, self.sharding)
+        loaded = xla.device_loader(batches, steps.device, steps.path, self.sharding)
+        if self.sharding is not None and xla.collectives_need_lockstep():
+            return _one_step_in_flight(loaded)
+        return loaded
+
+
+def _one_step_in_flight(batches):
+    """``batches``, each handed out once every step dispatched before it has finished
+    (``xla.collectives_need_lockstep``)."""
+    for batch in batches:
+        xla.wait()
+        yield batch
 
 
 class _Run:

@@ -48,12 +48,23 @@ class LearningRate:
             group["lr"] = value
 
 
-def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch: int
-                    ) -> Tuple[torch.optim.Optimizer, LearningRate]:
-    """SGD over ``model``'s parameters and the rate schedule of ``config``."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+def peak_rate(lr: float, global_batch: int, lr_batch: int) -> float:
+    """The run's peak learning rate: ``lr`` scaled linearly with the global batch (Goyal et
+    al. 2017, "Accurate, Large Minibatch SGD"), ``lr`` being the rate of a global batch of
+    ``lr_batch`` examples; ``lr`` itself when ``lr_batch`` is 0. A function of the global batch
+    only, never of the device count: the same global batch trains alike on 1 device or 8, and a
+    checkpoint resumes at the same rate on either."""
+    return lr * global_batch / lr_batch if lr_batch else lr
+
+
+def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch: int,
+                    global_batch: int = 0) -> Tuple[torch.optim.Optimizer, LearningRate]:
+    """SGD over ``model``'s parameters and the rate schedule of ``config`` for a global batch
+    of ``global_batch`` (0: ``config.batch_size``, one device)."""
+    peak = peak_rate(config.lr, global_batch or config.batch_size, config.lr_batch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=config.momentum,
                                 weight_decay=config.weight_decay)
-    rate = LearningRate(optimizer, config.lr, int(config.warmup_epochs * steps_per_epoch),
+    rate = LearningRate(optimizer, peak, int(config.warmup_epochs * steps_per_epoch),
                         config.num_epochs * steps_per_epoch)
     rate.set(0)
     return optimizer, rate

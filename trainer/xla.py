@@ -223,6 +223,17 @@ def process_place() -> Tuple[int, int]:
     return 0, 1
 
 
+def collectives_need_lockstep() -> bool:
+    """Whether an SPMD program must finish each step before the next is dispatched. On the
+    XLA CPU device (torch_xla 2.9) every execution of a compiled program joins its
+    all-reduce under the same key (run id 0), so with several steps in flight one device can
+    join the next step's all-reduce while the others are in this one's, and the process
+    aborts ("Expected 4 threads to join the rendezvous", after 10 s): seen here with 125
+    compiled steps of batch 16 per device and nothing else waiting between them. TPU
+    collectives do not rendezvous on host threads."""
+    return _device_type() == "CPU"
+
+
 def spmd_enabled() -> bool:
     runtime = _runtime()
     return bool(runtime is not None and hasattr(runtime, "is_spmd") and runtime.is_spmd())

@@ -20,6 +20,11 @@ times the rate's bound, and what the tests exist to catch (lost
 momentum, a shifted schedule, a rate that does not change) moves tensors by far more:
 ``assert_training_differs`` demands 100 times ``RELATIVE`` of such a variant, so a test built
 on these two checks can fail both ways.
+
+The same bound holds four devices (SPMD) to one on the same global batch: the partitioned
+program computes the same sums in another order (each device's quarter of the batch, then an
+all-reduce over the devices), a float64 rounding difference like any other. A gradient summed
+over the devices instead of averaged is four times one device's, far outside the bound.
 """
 
 from typing import Dict

@@ -124,6 +124,8 @@ def test_every_step_is_one_execution_on_all_devices_and_nothing_compiles_after_e
                         paths=OutputPaths.resolve(str(tmp_path), {}))
     assert (summary["devices"], summary["global_batch"], summary["step_path"]) == (
         DEVICES, 8 * DEVICES, step_mode)
+    # The rate of the global batch: 0.05 per 64 examples, so 0.025 for 8 x 4.
+    assert summary["learning_rate"] == pytest.approx(0.025)
     # 5 training and 5 evaluation steps per epoch, each one execution on all four devices.
     assert summary["executions_per_epoch"] == [10, 10, 10]
     first = summary["compiles_after_each_epoch"][0]
@@ -193,6 +195,17 @@ def test_a_checkpoint_resumes_on_another_device_count_at_the_same_step(tmp_path,
     # The same global batch, so the same rate: the resumed run's schedule is the one begun.
     state = torch.load(str(job / "checkpoints" / "ckpt-000000012.pt"), weights_only=False)
     assert state["global_batch"] == global_batch and state["step_in_epoch"] == 0
+
+
+def test_many_steps_in_flight_never_deadlock_the_cpu_collectives(tmp_path):
+    """Without waiting for each step (``xla.collectives_need_lockstep``), about every other
+    epoch of this run aborted in XLA's CPU all-reduce ("Expected 4 threads to join the
+    rendezvous"): 125 compiled steps with nothing between them that waits."""
+    data = write_mnist(tmp_path / "mnist", 8000, 10)
+    code, _, err = run_mnist(data, tmp_path / "job", DEVICES, 16, "--num_epochs=3",
+                             "--log_steps=0")
+    assert code == 0, err[-3000:]
+    assert "rendezvous" not in err
 
 
 def test_resuming_with_another_global_batch_is_refused_with_the_batch_that_fits(tmp_path):

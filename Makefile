@@ -65,7 +65,7 @@ venv: $(STAMP)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
 ## and execs the MNIST trainer on the shipped real-digit sample (data/mnist-sample: 2,000
-## training and 500 test digits; 5 epochs, about 10 s), printing its test accuracy; outputs in
+## training and 500 test digits; 5 epochs, about 15 s), printing its test accuracy; outputs in
 ## runs/mnist-DATE. RUN_ARGS='--fake_data ...' for a smoke run.
 RUN_ARGS ?= --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
 run: $(STAMP)

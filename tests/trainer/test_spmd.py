@@ -145,6 +145,7 @@ def test_imagenet_trains_on_the_four_devices(step_mode):
 
 
 @needs_mnist
+@pytest.mark.numeric
 def test_the_mnist_defaults_reach_99_percent_in_5_epochs_on_four_devices():
     summary = mnist.run(TrainConfig(data_dir=str(MNIST_SUBSET), log_steps=0),
                         paths=OutputPaths())

@@ -35,8 +35,9 @@ FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 1281167, 50000
 def define_flags(flag_values: Any = FLAGS) -> None:
     # Goyal et al.'s rate: 0.1 per 256 examples, scaled with the global batch.
     define_common_flags(flag_values=flag_values, batch_size=128, num_epochs=90, lr=0.1,
-                        lr_batch=256, momentum=0.9, weight_decay=1e-4, warmup_epochs=5.0, label_smoothing=0.1,
-                        log_steps=100, num_workers=8, model="resnet50", image_size=224)
+                        lr_batch=256, momentum=0.9, weight_decay=1e-4, warmup_epochs=5.0,
+                        label_smoothing=0.1, log_steps=100, num_workers=8, model="resnet50",
+                        image_size=224)
 
 
 def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:

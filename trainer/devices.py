@@ -17,12 +17,11 @@ The rules (``choose``):
 - ``--devices=1``: the single-device mode the image began with (not on a multi-host slice,
   where every host must join the one program);
 - ``--devices=N``: must be what the runtime sees (a torch_xla mesh spans every device it sees;
-  fewer are exposed with ``CPU_NUM_DEVICES`` or ``TPU_VISIBLE_CHIPS``).
+  on the CPU device ``CPU_NUM_DEVICES`` sets how many there are).
 
 ``--batch_size`` is per device: the global batch is ``batch_size x devices``, and each host
-loads only its own devices' part of it. The learning rate is ``--lr`` whatever the device
-count (as in pytorch/xla's reference scripts): a job moved to more devices at the same
-``--batch_size`` trains on a larger batch at the same rate.
+loads only its own devices' part of it. The learning rate follows the global batch, never the
+device count (``optim.peak_rate``).
 """
 
 from __future__ import annotations
@@ -120,8 +119,8 @@ def choose(requested: Optional[int], found: int, local: int, place: Tuple[int, i
     elif requested < found:
         raise TrainerError("--devices={}: a torch_xla mesh spans all {} devices the runtime "
                            "sees".format(requested, found),
-                           "use --devices=auto ({}) or 1, or expose {} devices "
-                           "(CPU_NUM_DEVICES, TPU_VISIBLE_CHIPS)".format(found, requested),
+                           "use --devices=auto ({}) or 1; on the CPU device, "
+                           "CPU_NUM_DEVICES={} gives {}".format(found, requested, requested),
                            EX_USAGE)
     else:
         devices = requested

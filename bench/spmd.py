@@ -41,7 +41,7 @@ DEVICE_COUNTS = (1, 2, 4)
 WORKLOADS = {
     "MNIST": ("trainer.mnist", ["--fake_data"], 256, 60, 10000),
     "ResNet-18 64px": ("trainer.imagenet", ["--fake_data", "--model=resnet18",
-                                            "--image_size=64"], 32, 20, 50000),
+                                            "--image_size=64", "--warmup_epochs=0"], 32, 20, 50000),
 }
 
 

@@ -243,3 +243,36 @@ def images(engine) -> Dict[str, str]:
 
     return containers.build_images(clean_environ())
 
+
+
+def make_image_folder(root: Path, classes: int = 3, per_class: int = 4) -> Path:
+    """A class-folder tree of flat-colour PNGs, ``per_class`` per class and split."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for label in range(classes):
+            folder = root / split / "class{}".format(label)
+            folder.mkdir(parents=True)
+            for index in range(per_class):
+                color = (80 * label, 255 - 60 * index, 120)
+                Image.new("RGB", (40, 36), color).save(str(folder / "{}.png".format(index)))
+    return root
+
+
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory) -> Path:
+    """A class-folder tree of real photographs (``tests/photos.py``: 8 classes, 24 train and
+    8 val images each, with ImageNet's quirks)."""
+    import photos as photo_set
+
+    return photo_set.build(tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="session")
+def photo_shards(photos, tmp_path_factory) -> Path:
+    """``photos`` as shards of 24 images, in a local folder (8 train and 3 val shards)."""
+    from trainer.data.make_shards import convert
+
+    dest = tmp_path_factory.mktemp("photo-shards")
+    convert(str(photos), str(dest), shard_size=24, workers=1)
+    return dest

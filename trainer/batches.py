@@ -13,7 +13,7 @@ host, cut into equal consecutive pieces, so the hosts together see each example 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 
@@ -74,6 +74,9 @@ class DataSource:
     batch_size: int
     steps_per_epoch: int
     eval_steps: int
+    # What the training order depends on besides the seed and the global batch, as flag
+    # name -> value (checked when a run resumes); None: nothing else.
+    layout: Optional[Dict[str, int]] = None
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         raise NotImplementedError
@@ -134,15 +137,22 @@ class FakeSource(DataSource):
     batch_size: int
     steps_per_epoch: int
     eval_steps: int
+    # What the training order depends on besides the seed and the global batch, as flag
+    # name -> value (checked when a run resumes); None: nothing else.
+    layout: Optional[Dict[str, int]] = None
     seed: int = 1
     host: HostPart = WHOLE
+    dtype: torch.dtype = torch.float32  # uint8: random bytes, as images arrive
 
     def __post_init__(self) -> None:
         generator = torch.Generator()
         generator.manual_seed(self.seed)
         mine = self.host.of(self.batch_size)
+        shape = (self.batch_size,) + tuple(self.shape)
+        x = (torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
+             if self.dtype == torch.uint8 else torch.randn(shape, generator=generator))
         self._batch = (
-            torch.randn((self.batch_size,) + tuple(self.shape), generator=generator)[mine],
+            x[mine],
             torch.randint(0, self.num_classes, (self.batch_size,), generator=generator)[mine])
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:

@@ -24,14 +24,14 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
              argv: Optional[List[str]] = None) -> int:
     """Define and parse flags, build the config, ``run(config, paths=...)``, and map errors
     to exit codes. The one place that reads the environment (Vertex's ``AIP_*`` dirs)."""
-    _configure_logging()
+    configure_logging()
     define_flags()
     try:
         _configure_storage(os.environ)
         config = parse_config(list(sys.argv if argv is None else argv))
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
-        return _report(error)
+        return report(error)
     return 0
 
 
@@ -76,7 +76,7 @@ def _configure_storage(environ: Mapping[str, str]) -> None:
     storage.RETRY_DEADLINE_S = seconds
 
 
-def _configure_logging() -> None:
+def configure_logging() -> None:
     """Progress lines to stdout. Configured on the "trainer" logger itself, because torch_xla
     may have configured the root logger already (and basicConfig(force=) needs 3.8)."""
     logger = logging.getLogger("trainer")
@@ -88,7 +88,8 @@ def _configure_logging() -> None:
     logger.propagate = False
 
 
-def _report(error: TrainerError) -> int:
+def report(error: TrainerError) -> int:
+    """Print ``error`` as one line and its hint; returns its exit code."""
     sys.stdout.flush()
     print("{}: {}".format(type(error).__name__, error.message), file=sys.stderr)
     if error.hint:

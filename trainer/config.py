@@ -36,7 +36,7 @@ class TrainConfig:
     warmup_epochs: float = 0.0
     label_smoothing: float = 0.0
     log_steps: int = 20
-    num_workers: int = 4
+    num_workers: int = -1
     num_steps: int = 0
     data_dir: Optional[str] = None
     fake_data: bool = False
@@ -71,11 +71,14 @@ class TrainConfig:
                     name, getattr(self, name)), "e.g. --{}={}".format(
                     name, getattr(TrainConfig, name)))
         non_negative = ("lr", "lr_batch", "momentum", "weight_decay", "warmup_epochs", "log_steps",
-                        "num_workers", "num_steps", "checkpoint_steps", "eval_batch_size")
+                        "num_steps", "checkpoint_steps", "eval_batch_size")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
                     name, getattr(self, name)), "use 0 or a positive value")
+        if self.num_workers < -1:
+            raise TrainerError("--num_workers must be -1 (one per host core), 0 (none) or a "
+                               "count, got {}".format(self.num_workers), "e.g. --num_workers=-1")
         if self.warmup_epochs > self.num_epochs:
             raise TrainerError("--warmup_epochs={} is longer than the run (--num_epochs={})"
                                .format(self.warmup_epochs, self.num_epochs),
@@ -127,7 +130,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "warmup_epochs": "linear learning-rate warmup, in epochs (then cosine decay)",
         "label_smoothing": "label smoothing of the cross-entropy loss",
         "log_steps": "log a progress line every N steps (0: only per epoch)",
-        "num_workers": "host worker processes reading data (folder data sets)",
+        "num_workers": "host processes decoding images (-1: one per host core but one; 0: decode "
+                       "in the training process)",
         "num_steps": "stop each epoch, and each evaluation, after N steps (0: all); for smoke runs",
         "data_dir": "folder or gs://bucket/prefix with the data set",
         "fake_data": "train on a fixed random batch (smoke runs, benchmarks)",

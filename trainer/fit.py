@@ -66,7 +66,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
-                                               config.batch_size)
+                                               config.batch_size, spec.data.layout)
         state = LoopState()
         restored_total = checkpoints.resume(state)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,

@@ -2,7 +2,9 @@
 
 A torchvision ResNet-family model (``--model``, default resnet50) trained with SGD + momentum +
 weight decay, a linear warmup then cosine decay, label smoothing, and top-1/top-5 evaluation.
-Data: ``--fake_data`` or a local ``train/`` ``val/`` class-folder tree (``--data_dir``).
+Data (``--data_dir``): shards written by ``python -m trainer.data.make_shards`` (a folder or
+``gs://``, streamed), or a ``train/`` ``val/`` class-folder tree; or ``--fake_data``. Images
+reach the devices as uint8 and are normalized there (``trainer.data.images``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def define_flags(flag_values: Any = FLAGS) -> None:
     # Goyal et al.'s rate: 0.1 per 256 examples, scaled with the global batch.
     define_common_flags(flag_values=flag_values, batch_size=128, num_epochs=90, lr=0.1,
                         lr_batch=256, momentum=0.9, weight_decay=1e-4, warmup_epochs=5.0,
-                        label_smoothing=0.1, log_steps=100, num_workers=8, model="resnet50",
+                        label_smoothing=0.1, log_steps=100, num_workers=-1, model="resnet50",
                         image_size=224)
 
 
@@ -46,7 +48,19 @@ def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:
     if config.model not in MODELS:
         raise TrainerError("--model={} is not a supported model".format(config.model),
                            "use one of: {}".format(", ".join(MODELS)))
-    return getattr(torchvision.models, config.model)(num_classes=num_classes)
+    model = getattr(torchvision.models, config.model)(num_classes=num_classes)
+    # uint8 images become normalized floats on the device, as the model's first step; a hook,
+    # so the model and its saved weights stay torchvision's (which take normalized floats).
+    model.register_forward_pre_hook(_normalize_uint8)
+    return model
+
+
+def _normalize_uint8(module: torch.nn.Module, args: tuple) -> Optional[tuple]:
+    from trainer.data.images import normalize
+
+    if args and args[0].dtype == torch.uint8:
+        return (normalize(args[0]),) + tuple(args[1:])
+    return None
 
 
 def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEVICE
@@ -58,11 +72,14 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
     if config.fake_data:
         return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,
                           FAKE_TRAIN_EXAMPLES // batch, FAKE_EVAL_EXAMPLES // eval_batch,
-                          seed=config.seed, host=host)
-    from trainer.imagenet_data import ImageFolderSource
+                          seed=config.seed, host=host, dtype=torch.uint8)
+    from trainer.data.folder_source import FolderSource
+    from trainer.data.shard_source import ShardSource, has_shards
+    from trainer.data.workers import resolve_workers
 
-    return ImageFolderSource(config.data_dir, config.image_size, batch, config.num_workers,
-                             config.seed, eval_batch, host)
+    source = ShardSource if has_shards(config.data_dir) else FolderSource
+    return source(config.data_dir, config.image_size, batch, resolve_workers(config.num_workers),
+                  config.seed, eval_batch, host)
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,

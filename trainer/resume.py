@@ -11,7 +11,7 @@ the process that writes outputs writes checkpoints; every process reads them."""
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -32,20 +32,25 @@ class RunCheckpoints:
     resumed."""
 
     def __init__(self, store: Optional[CheckpointStore], steps: Steps,
-                 topology: Topology = ONE_DEVICE, batch_size: int = 0) -> None:
+                 topology: Topology = ONE_DEVICE, batch_size: int = 0,
+                 data_layout: Optional[Dict[str, int]] = None) -> None:
         self.store, self.steps = store, steps
         self.topology, self.batch_size = topology, batch_size
         self.global_batch = topology.global_batch(batch_size)
+        self.data_layout = data_layout
 
     @classmethod
     def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps,
-                  topology: Topology = ONE_DEVICE, batch_size: int = 0) -> "RunCheckpoints":
+                  topology: Topology = ONE_DEVICE, batch_size: int = 0,
+                  data_layout: Optional[Dict[str, int]] = None) -> "RunCheckpoints":
+        """``data_layout``: what besides the seed and the global batch the data order
+        depends on (``DataSource.layout``), checked on resume."""
         directory = checkpoint_directory(paths)
         if directory is None:
             log.warning("no --job_dir (nor AIP_CHECKPOINT_DIR): checkpoints are not written")
-            return cls(None, steps, topology, batch_size)
+            return cls(None, steps, topology, batch_size, data_layout)
         store = CheckpointStore(directory, keep=keep, writes=topology.writes_outputs)
-        return cls(store, steps, topology, batch_size)
+        return cls(store, steps, topology, batch_size, data_layout)
 
     def resume(self, state: LoopState) -> float:
         """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
@@ -61,6 +66,7 @@ class RunCheckpoints:
                 self.store.uri(step), problem),
                 "use a new --job_dir for this model, or move the old checkpoints away")
         self._check_global_batch(saved.get("global_batch"), self.store.uri(step))
+        self._check_data_layout(saved.get("data_layout"), self.store.uri(step))
         self.steps.model.load_state_dict(saved["model"])
         # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])
@@ -91,6 +97,21 @@ class RunCheckpoints:
                 "" if devices == 1 else "s"),
             hint + "; or start over with a new --job_dir", EX_USAGE)
 
+    def _check_data_layout(self, saved: Optional[Dict[str, int]], uri: str) -> None:
+        """A usage error (64) when the data order of the checkpoint's run depended on a
+        setting (``--num_workers`` of a shard set) that this run sets otherwise: the same
+        step would be other examples."""
+        if not saved or not self.data_layout or saved == self.data_layout:
+            return
+        changed = sorted(name for name in set(saved) | set(self.data_layout)
+                         if saved.get(name) != self.data_layout.get(name))
+        raise TrainerError(
+            "checkpoint {} read its data with {}; this run with {}".format(
+                uri, _layout(saved, changed), _layout(self.data_layout, changed)),
+            "the shard order depends on them: {} (--num_workers; hosts: the slice) resumes at "
+            "the same data position; or start over with a new --job_dir".format(
+                _layout(saved, changed)), EX_USAGE)
+
     def save(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
         """Checkpoint the run at ``state`` and flush ``outputs`` with it, so the metrics up to
         this step are durable together with the checkpoint; returns where it went. Every
@@ -108,10 +129,15 @@ class RunCheckpoints:
             "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
             "step": state.global_step, "loss_total": _total(state),
             "global_batch": self.global_batch or None,
+            "data_layout": self.data_layout,
             "torch_rng": torch.get_rng_state()})
         outputs.flush()
         log.info("checkpoint %s", path)
         return path
+
+
+def _layout(layout: Dict[str, int], names: List[str]) -> str:
+    return " ".join("{}={}".format(name, layout.get(name)) for name in names)
 
 
 def _total(state: LoopState) -> float:

@@ -57,6 +57,11 @@ class Directory:
         """Names under ``prefix``, sorted, without temporary files."""
         raise NotImplementedError
 
+    def walk(self, prefix: str = "") -> List[str]:
+        """Every file name under the folder ``prefix``, at any depth, sorted, without
+        temporary files."""
+        raise NotImplementedError
+
     def delete(self, name: str) -> None:
         raise NotImplementedError
 
@@ -140,6 +145,12 @@ class LocalDirectory(Directory):
         return sorted(os.path.join(prefix, name) if prefix else name
                       for name in os.listdir(folder) if not name.startswith(_TMP_PREFIX))
 
+    def walk(self, prefix: str = "") -> List[str]:
+        folder = os.path.join(self.path, prefix)
+        if not os.path.isdir(folder):
+            return []
+        return [_joined(prefix, relative) for relative, _ in _files_under(folder)]
+
     def delete(self, name: str) -> None:
         _remove_quietly(os.path.join(self.path, name))
 
@@ -206,6 +217,16 @@ class GcsDirectory(Directory):
                           name)
 
     def list(self, prefix: str = "") -> List[str]:
+        start, blobs = self._blobs(prefix)
+        return sorted(name for name in blobs if "/" not in name[len(start):])
+
+    def walk(self, prefix: str = "") -> List[str]:
+        return sorted(name for name in self._blobs(prefix)[1]
+                      if not os.path.basename(name).startswith(_TMP_PREFIX))
+
+    def _blobs(self, prefix: str) -> Tuple[str, List[str]]:
+        """The object key that starts the folder ``prefix``, and the names (relative to
+        this directory) of every object under it."""
         start = self._key(prefix.rstrip("/") + "/" if prefix else "")
         try:
             blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
@@ -215,8 +236,7 @@ class GcsDirectory(Directory):
                                "create it (gcloud storage buckets create gs://{}) or fix the "
                                "path".format(self.bucket_name))
         base = len(self.prefix) + 1 if self.prefix else 0
-        return sorted(blob.name[base:] for blob in blobs
-                      if "/" not in blob.name[len(start):])
+        return start[base:], [blob.name[base:] for blob in blobs]
 
     def delete(self, name: str) -> None:
         try:

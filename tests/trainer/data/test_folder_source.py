@@ -1,0 +1,34 @@
+"""trainer.data.folder_source: a class-folder tree, in the order of the seed and the global
+batch, each host of a slice loading its part."""
+
+import torch
+
+from conftest import make_image_folder
+from trainer.batches import HostPart
+from trainer.data.folder_source import FolderSource
+
+
+def test_hosts_of_a_slice_load_their_parts_of_the_same_image_batches(tmp_path):
+    """Each of 2 hosts decodes only its half of every global batch (train, resumed part-way,
+    and evaluation), and the halves join to what one host loads: every evaluation example
+    once, the padding never counted."""
+
+    # 14 images a split: the last evaluation batch is 2 images and 2 padding, so host 2's
+    # part of it is all padding (it loads nothing for it).
+    data = make_image_folder(tmp_path / "images", classes=2, per_class=7)
+
+    def source(part):
+        return FolderSource(str(data), 16, 4, 0, seed=3, eval_batch_size=4, host=part)
+
+    whole, halves = source(HostPart()), [source(HostPart(index, 2)) for index in (0, 1)]
+    for start in (0, 1):
+        joined = zip(*(half.train_batches(1, start) for half in halves))
+        for (x, y), pieces in zip(whole.train_batches(1, start), joined):
+            assert torch.equal(torch.cat([piece[0] for piece in pieces]), x)
+            assert torch.equal(torch.cat([piece[1] for piece in pieces]), y)
+    evaluated = [torch.cat([piece[1] for piece in pieces])
+                 for pieces in zip(*(half.eval_batches() for half in halves))]
+    assert len(evaluated) == whole.eval_steps == 4
+    labels = torch.cat(evaluated)
+    assert torch.equal(labels, torch.cat([y for _, y in whole.eval_batches()]))
+    assert sorted(labels[labels >= 0].tolist()) == sorted(label for _, label in whole.val.files)

@@ -1,0 +1,91 @@
+"""trainer.data.images: one image to uint8 ``3 x size x size``, normalized on the device."""
+
+import io
+import math
+import random
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+from PIL import Image
+
+from trainer.data import images
+
+
+def encoded(image, kind="JPEG", **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, kind, **options)
+    return buffer.getvalue()
+
+
+@given(st.integers(1, 5000), st.integers(1, 5000), st.integers(0, 2 ** 32))
+@example(1, 5000, 0)  # too narrow for any allowed aspect: the centre fallback
+def test_crop_box_is_inside_the_image_with_torchvisions_area_and_aspect(width, height, seed):
+    left, top, right, bottom = images.crop_box(width, height, random.Random(seed))
+    assert 0 <= left < right <= width and 0 <= top < bottom <= height
+    w, h = right - left, bottom - top
+    if (w, h) != (width, height) and (left, top) != ((width - w) // 2, (height - h) // 2):
+        # A drawn box: its area fraction and aspect within the ranges, up to the rounding
+        # of each side to whole pixels (half a pixel each).
+        assert w * h <= width * height
+        assert (w + 0.5) * (h + 0.5) >= images.SCALE[0] * width * height
+        assert images.RATIO[0] * (h - 0.5) / (h + 0.5) <= w / h
+        assert w / h <= images.RATIO[1] * (w + 0.5) / (w - 0.5)
+
+
+@pytest.mark.parametrize("mode, kind", [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"),
+                                        ("RGB", "PNG"), ("P", "PNG"), ("RGBA", "PNG")])
+def test_every_mode_becomes_rgb_uint8_of_the_asked_size(mode, kind):
+    data = encoded(Image.new("RGB", (300, 200), (200, 100, 50)).convert(mode), kind)
+    for image in (images.train_image(data, 64, random.Random(1)), images.eval_image(data, 64)):
+        assert image.shape == (3, 64, 64) and image.dtype == torch.uint8
+
+
+def test_a_flat_colour_stays_that_colour_through_the_reduced_decode():
+    # JPEG codes a flat 8x8 block exactly in its DC term, so every decode scale and resample
+    # gives the colour back up to the colour conversion's rounding (+-2 levels).
+    data = encoded(Image.new("RGB", (4000, 3000), (200, 100, 50)), quality=95)
+    for image in (images.train_image(data, 64, random.Random(2)), images.eval_image(data, 64)):
+        colour = image.reshape(3, -1).float()
+        assert (colour - torch.tensor([[200.0], [100.0], [50.0]])).abs().max() <= 2
+
+
+def test_evaluation_keeps_the_centre_and_training_flips_half_the_time():
+    # Left half black, right half white: the centre crop keeps both halves in place.
+    picture = Image.new("L", (400, 300), 0)
+    picture.paste(255, (200, 0, 400, 300))
+    data = encoded(picture, "PNG")
+    centre = images.eval_image(data, 32)[0].float()
+    assert centre[:, :14].max() < 30 and centre[:, -14:].min() > 225
+    flips = 0
+    for seed in range(200):
+        crop = images.train_image(data, 32, random.Random(seed))[0].float()
+        flips += int(crop[:, 0].mean() > crop[:, -1].mean())  # white on the left: mirrored
+    # Crops that fall in one half look the same either way and count as not mirrored; of the
+    # rest half are. Binomial: 200 draws stay within these bounds with p > 0.999.
+    assert 25 <= flips <= 100
+
+
+def test_the_decode_is_reduced_for_a_large_jpeg():
+    data = encoded(Image.new("RGB", (4000, 3000), (1, 2, 3)), quality=90)
+    image = images.open_image(data)
+    box = images.centre_box(4000, 3000, 224)
+    image.draft("RGB", (math.ceil(4000 * 224 / (box[2] - box[0])),
+                        math.ceil(3000 * 224 / (box[3] - box[1]))))
+    assert image.size == (500, 375)  # 1/8: still at least 224 px across the crop
+
+
+def test_normalize_is_imagenets_mean_and_std_on_the_float_image():
+    x = torch.randint(0, 256, (2, 3, 5, 7), dtype=torch.uint8, generator=torch.Generator()
+                      .manual_seed(0))
+    mean = torch.tensor(images.MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(images.STD).view(1, 3, 1, 1)
+    expected = (x.double() / 255 - mean.double()) / std.double()
+    # float32: a few roundings of values below 3 in magnitude, each within 2^-24 relative.
+    assert torch.allclose(images.normalize(x).double(), expected, rtol=0, atol=1e-6)
+
+
+def test_a_file_that_is_not_an_image_is_an_os_error():
+    with pytest.raises(OSError):
+        images.eval_image(b"not an image", 32)

@@ -1,0 +1,10 @@
+"""Image data for the ImageNet trainer and the shard command, one job per module.
+
+- ``images``: decode + augment one image into a uint8 tensor (reduced-size JPEG decode, crop
+  and resize in one resample); ``normalize`` does the float part on the device.
+- ``tar_members``: tar shards written and read with the standard library.
+- ``shard_index``: the index of a shard set (classes, shards, counts, format version).
+- ``make_shards``: the command that turns a class-folder tree into shards.
+- ``shard_source`` and ``folder_source``: the trainer's ``DataSource`` over shards (local or
+  ``gs://``, streamed) and over a class-folder tree.
+"""

@@ -1,0 +1,110 @@
+"""One image from its file's bytes to a ``3 x size x size`` uint8 tensor, as cheaply as the
+host can: the float conversion and normalization happen on the device (``normalize``), so
+the host copies 1 byte per value instead of 4.
+
+Training takes torchvision's ``RandomResizedCrop`` (scale 0.08-1, aspect 3/4-4/3) and a
+horizontal flip; evaluation resizes the shorter side to ``size * 256 / 224`` and takes the
+centre (the usual 256/224). Both decode a JPEG at a reduced size where the crop allows it
+(libjpeg scales by 1/2, 1/4 or 1/8 while decoding: far fewer pixels to decode) and crop and
+resize in one resample. Grayscale, CMYK and palette images become RGB; any format Pillow
+reads is accepted whatever the file's name says.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+from typing import Tuple
+
+import torch
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+# Pillow refuses images over 89 million pixels by default ("decompression bomb"); ImageNet
+# has some near 100 million. Allow up to this many (about 1 GB decoded at full size).
+MAX_PIXELS = 350_000_000
+Box = Tuple[float, float, float, float]  # left, top, right, bottom
+
+
+def open_image(data: bytes):
+    """The image in ``data`` (not decoded yet); OSError or ValueError if it is not one."""
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    return Image.open(io.BytesIO(data))
+
+
+def crop_box(width: int, height: int, rng: random.Random) -> Box:
+    """A random crop as torchvision's ``RandomResizedCrop`` draws it: an area fraction in
+    ``SCALE`` and a log-uniform aspect in ``RATIO`` (10 tries), else the centre at the nearest
+    allowed aspect."""
+    area = width * height
+    for _ in range(10):
+        target = area * rng.uniform(*SCALE)
+        aspect = math.exp(rng.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            left, top = rng.randint(0, width - w), rng.randint(0, height - h)
+            return left, top, left + w, top + h
+    aspect = width / height
+    if aspect < RATIO[0]:
+        w, h = width, int(round(width / RATIO[0]))
+    elif aspect > RATIO[1]:
+        w, h = int(round(height * RATIO[1])), height
+    else:
+        w, h = width, height
+    left, top = (width - w) // 2, (height - h) // 2
+    return left, top, left + w, top + h
+
+
+def centre_box(width: int, height: int, size: int) -> Box:
+    """The region of the original image that resize-shorter-side-to ``size * 256 / 224``
+    then centre-crop ``size`` keeps."""
+    side = min(width, height) * 224 / 256
+    left, top = (width - side) / 2, (height - side) / 2
+    return left, top, left + side, top + side
+
+
+def train_image(data: bytes, size: int, rng: random.Random) -> torch.Tensor:
+    """A random crop of the image in ``data`` resized to ``size`` and flipped half the time:
+    uint8, ``3 x size x size``."""
+    image = open_image(data)
+    box = crop_box(image.size[0], image.size[1], rng)
+    flip = rng.random() < 0.5
+    return _crop_resized(image, box, size, flip)
+
+
+def eval_image(data: bytes, size: int) -> torch.Tensor:
+    """The centre of the image in ``data`` (256/224 resize and crop): uint8, ``3 x size x
+    size``."""
+    image = open_image(data)
+    return _crop_resized(image, centre_box(image.size[0], image.size[1], size), size, False)
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 ``N x 3 x H x W`` images to float32 normalized with ImageNet's mean and std,
+    where they are (on the device). Python numbers only: the compiled path traces this."""
+    images = images.float()
+    return torch.cat([(images[:, c:c + 1] - 255 * MEAN[c]) * (1 / (255 * STD[c]))
+                      for c in range(3)], dim=1)
+
+
+def _crop_resized(image, box: Box, size: int, flip: bool) -> torch.Tensor:
+    from PIL import Image
+
+    width, height = image.size
+    crop_w, crop_h = box[2] - box[0], box[3] - box[1]
+    # The smallest decode whose crop still has at least size x size pixels.
+    image.draft("RGB", (math.ceil(width * size / crop_w), math.ceil(height * size / crop_h)))
+    sx, sy = image.size[0] / width, image.size[1] / height
+    resized = image.resize((size, size), Image.BILINEAR,
+                           box=(box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
+    if resized.mode != "RGB":
+        resized = resized.convert("RGB")
+    if flip:
+        resized = resized.transpose(Image.FLIP_LEFT_RIGHT)
+    import numpy
+
+    return torch.from_numpy(numpy.asarray(resized, dtype=numpy.uint8).copy()).permute(2, 0, 1)

@@ -1,0 +1,239 @@
+"""Turn a class-folder tree into shuffled tar shards: ``python -m trainer.data.make_shards
+--source=DIR_OR_GS --dest=DIR_OR_GS``.
+
+The source is ``train/<class>/*`` and ``val/<class>/*`` (ImageNet's layout), local or under
+``gs://``; the destination gets ``train-000000.tar ...``, ``val-000000.tar ...`` (the original
+image bytes and the label, webdataset's layout: ``trainer.data.tar_members``) and, last,
+``index.json`` (``trainer.data.shard_index``). Every split is shuffled with ``--seed`` before it
+is cut, so a shard is a random sample of its split; both splits share one class-to-label map.
+
+- Each shard is written whole and atomically (a local rename; a GCS object appears only
+  once uploaded), then a small ``NAME.json`` beside it records that it is done. Run the same
+  command again after an interruption and it writes only the shards still missing; the
+  same source and options always make the same plan, and a destination that holds another
+  plan's shards is refused.
+- Shards are made in parallel, one process per host core (``--workers``), with a progress
+  line every ``--progress_seconds`` (shards and images done of all, rate, ETA).
+- Grayscale, CMYK, PNG-named-``.JPEG`` and very large images are stored as they are (the
+  reader makes them RGB). A file that cannot be decoded is reported by name and skipped: the
+  count and names are in the final line and in the index's ``skipped`` list.
+
+Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 74 the
+source or destination cannot be read or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import random
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+from trainer import storage
+from trainer.data import images
+from trainer.data.folder_tree import Labelled, read_tree
+from trainer.data.shard_index import INDEX_NAME, SPLITS, ShardIndex
+from trainer.data.tar_members import tar_bytes
+from trainer.data.workers import host_cores
+from trainer.errors import EX_USAGE, DataError, TrainerError
+
+log = logging.getLogger("trainer")
+# One shard task: (source uri, destination uri, shard name, its files, the plan's fingerprint)
+Task = Tuple[str, str, str, Labelled, str]
+
+
+def plan_shards(files: Dict[str, Labelled], shard_size: int, seed: int
+                ) -> List[Tuple[str, Labelled]]:
+    """[(shard name, its files)] for every split: the split's files shuffled by ``seed``, cut
+    into runs of ``shard_size``."""
+    plan = []
+    for split in SPLITS:
+        order = list(files[split])
+        random.Random("{}/{}".format(seed, split)).shuffle(order)
+        for number, start in enumerate(range(0, len(order), shard_size)):
+            plan.append(("{}-{:06d}.tar".format(split, number), order[start:start + shard_size]))
+    return plan
+
+
+def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]]) -> str:
+    """What identifies a plan: its classes and every shard's files, in order."""
+    digest = hashlib.sha256(json.dumps([classes, plan]).encode())
+    return digest.hexdigest()[:16]
+
+
+def make_shard(task: Task) -> Tuple[str, int, List[str]]:
+    """Write one shard and its done-marker; returns (name, examples, skipped files)."""
+    source_uri, dest_uri, name, files, plan = task
+    source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
+    members: List[Tuple[str, bytes]] = []
+    skipped = []
+    for position, (path, label) in enumerate(files):
+        data = source.read_bytes(path)
+        kind = _decodable(data)
+        if kind is None:
+            skipped.append(path)
+            continue
+        stem = os.path.basename(path).split(".")[0]
+        key = "{:05d}_{}".format(position, stem.replace(" ", "_"))
+        members += [(key + "." + kind, data), (key + ".cls", str(label).encode())]
+    dest.write_bytes(name, tar_bytes(members))
+    count = len(members) // 2
+    dest.write_bytes(_marker(name), json.dumps(
+        {"plan": plan, "count": count, "skipped": skipped}).encode())
+    return name, count, skipped
+
+
+def _decodable(data: bytes) -> Optional[str]:
+    """The image's format as a file extension if it decodes (at the smallest draft size, which
+    still reads every byte of the compressed data), else None."""
+    try:
+        image = images.open_image(data)
+        kind = (image.format or "").lower()
+        image.draft("RGB", (64, 64))
+        image.load()
+    except Exception:  # Pillow raises many types for broken files; each means "skip it"
+        return None
+    return {"jpeg": "jpg", "": "img"}.get(kind, kind)
+
+
+def _marker(shard: str) -> str:
+    return shard[:-len(".tar")] + ".json"
+
+
+class Progress:
+    """A progress line at most every ``every`` seconds, and at the end."""
+
+    def __init__(self, shards: int, images_total: int, every: float) -> None:
+        self.shards, self.images_total, self.every = shards, images_total, every
+        self.done_shards = self.done_images = 0
+        self.started = self.last = time.monotonic()
+
+    def add(self, images_done: int, final: bool = False) -> None:
+        self.done_shards += 1
+        self.done_images += images_done
+        now = time.monotonic()
+        if now - self.last < self.every and not final:
+            return
+        self.last = now
+        rate = self.done_images / max(now - self.started, 1e-9)
+        left = (self.images_total - self.done_images) / rate if rate else 0.0
+        log.info("shards %d/%d, images %d/%d, %.0f images/s, ETA %s", self.done_shards,
+                 self.shards, self.done_images, self.images_total, rate, _duration(left))
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "{}h{:02d}m".format(hours, minutes) if hours else "{}m{:02d}s".format(minutes, seconds)
+
+
+def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 0,
+            workers: int = 0, progress_seconds: float = 10.0) -> ShardIndex:
+    """Write the shards of ``source_uri`` into ``dest_uri`` (see the module's docstring) and
+    return the index written last. ``workers`` 0: one per host core."""
+    source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
+    classes, files = read_tree(source)
+    plan = plan_shards(files, shard_size, seed)
+    plan_id = fingerprint(classes, plan)
+    done = _done_shards(dest, plan_id)
+    tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id)
+                         for name, shard_files in plan if name not in done]
+    total = sum(len(shard_files) for _, shard_files in plan)
+    log.info("%s: %d classes, %d train and %d val images -> %d shards in %s (%d done before)",
+             source.uri, len(classes), len(files["train"]), len(files["val"]), len(plan),
+             dest.uri, len(done))
+    progress = Progress(len(plan), total, progress_seconds)
+    for count, _ in done.values():
+        progress.done_shards += 1
+        progress.done_images += count
+    workers = workers or host_cores()
+    if workers > 1 and len(tasks) > 1:
+        with multiprocessing.Pool(min(workers, len(tasks))) as pool:
+            for name, count, skipped in pool.imap_unordered(make_shard, tasks):
+                done[name] = (count, skipped)
+                _report_skipped(skipped)
+                progress.add(count, final=len(done) == len(plan))
+    else:
+        for task in tasks:
+            name, count, skipped = make_shard(task)
+            done[name] = (count, skipped)
+            _report_skipped(skipped)
+            progress.add(count, final=len(done) == len(plan))
+    splits = {split: [(name, done[name][0]) for name, _ in plan
+                      if name.startswith(split + "-")] for split in SPLITS}
+    skipped = sorted(path for _, skipped_files in done.values() for path in skipped_files)
+    for split in SPLITS:
+        if not sum(count for _, count in splits[split]):
+            raise DataError("none of the {} images in {}/{} could be decoded".format(
+                len(files[split]), source.uri, split), "check that they are image files")
+    index = ShardIndex(classes, splits, skipped)
+    dest.write_bytes(INDEX_NAME, index.to_json())
+    log.info("wrote %s: %d train and %d val examples in %d shards; %d files skipped (cannot "
+             "be decoded)%s", dest.join(INDEX_NAME), index.examples("train"),
+             index.examples("val"), len(plan), len(skipped),
+             ": " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+             if skipped else "")
+    return index
+
+
+def _done_shards(dest: storage.Directory, plan: str) -> Dict[str, Tuple[int, List[str]]]:
+    """{shard: (examples, skipped files)} of the shards a previous run of the same plan
+    finished; a DataError when ``dest`` holds shards of another plan."""
+    done = {}
+    for name in dest.list():
+        if not (name.endswith(".json") and name != INDEX_NAME):
+            continue
+        try:
+            marker = json.loads(dest.read_bytes(name).decode())
+        except (ValueError, FileNotFoundError):
+            continue  # not one of ours: the shard is simply written again
+        if marker.get("plan") != plan:
+            raise DataError("{} holds shards of another source or other options ({})".format(
+                dest.uri, name), "write into an empty destination, or run the command again "
+                "with the source and options of the interrupted run")
+        done[name[:-len(".json")] + ".tar"] = (int(marker["count"]), list(marker["skipped"]))
+    return done
+
+
+def _report_skipped(skipped: List[str]) -> None:
+    for path in skipped:
+        log.warning("skipped %s: cannot be decoded as an image", path)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from trainer.cli import configure_logging, report
+
+    configure_logging()
+    parser = argparse.ArgumentParser(prog="python -m trainer.data.make_shards",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", required=True, help="class-folder tree, DIR or gs://...")
+    parser.add_argument("--dest", required=True, help="where the shards go, DIR or gs://...")
+    parser.add_argument("--shard_size", type=int, default=1000,
+                        help="images per shard (default 1000: about 110 MB of ImageNet)")
+    parser.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes making shards (default 0: one per host core)")
+    parser.add_argument("--progress_seconds", type=float, default=10.0)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse printed its usage line and the error
+        return EX_USAGE if exit_.code else 0
+    try:
+        if args.shard_size <= 0 or args.workers < 0:
+            raise TrainerError("--shard_size must be positive and --workers not negative",
+                               "e.g. --shard_size=1000 --workers=0", EX_USAGE)
+        convert(args.source, args.dest, args.shard_size, args.seed, args.workers,
+                args.progress_seconds)
+    except TrainerError as error:
+        return report(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""How many processes decode images when the user does not say: the host's cores (the ones
+this process may run on, which a container's CPU set limits), less one for the process that
+feeds the devices, capped where more workers only add memory (each holds up to two shards)."""
+
+from __future__ import annotations
+
+import os
+
+MAX_AUTO_WORKERS = 32
+
+
+def host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(cores: int = 0) -> int:
+    """Data workers for a host with ``cores`` cores (default: this one's): at least 1."""
+    return max(1, min(MAX_AUTO_WORKERS, (cores or host_cores()) - 1))
+
+
+def resolve_workers(requested: int) -> int:
+    """``--num_workers``: -1 chooses (``auto_workers``), 0 decodes in the training process."""
+    return auto_workers() if requested < 0 else requested

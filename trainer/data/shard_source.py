@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import queue
 import random
+import tarfile
 import threading
 import zlib
 from typing import Callable, Iterator, List, Optional, Tuple
@@ -166,13 +167,22 @@ class ShardSource(DataSource):
                 continue
             wanted.append((name, skip))
             skip = 0
-        fetched = _prefetched([name for name, _ in wanted], self.root.read_bytes)
+        fetched = _prefetched([name for name, _ in wanted], self._read_shard)
         for (name, skip), data in zip(wanted, fetched):
-            samples = list(_labelled(name, data, self.root.uri))
+            samples = _labelled(name, data, self.root.uri)
             if shuffle is not None:
                 random.Random("{}/{}/{}".format(shuffle[0], shuffle[1], name)).shuffle(samples)
             for sample in samples[skip:]:
                 yield sample
+
+
+    def _read_shard(self, name: str) -> bytes:
+        try:
+            return self.root.read_bytes(name)
+        except FileNotFoundError:
+            raise DataError("{} lists shard {} but there is no such file".format(
+                self.root.join("index.json"), name), "copy every shard of the set, or write "
+                "the shards again with python -m trainer.data.make_shards")
 
 
 class _Streams(IterableDataset):
@@ -186,13 +196,22 @@ class _Streams(IterableDataset):
         return self.plans[info.id if info else 0]()
 
 
-def _labelled(name: str, data: bytes, where: str) -> Iterator[Tuple[str, bytes, int]]:
-    for key, files in read_samples(io.BytesIO(data)):
+def _labelled(name: str, data: bytes, where: str) -> List[Tuple[str, bytes, int]]:
+    """(key, image bytes, label) of each example of the shard ``name``; a DataError names a
+    shard that is not a tar or an example without an image or a label."""
+    hint = "write the shards with python -m trainer.data.make_shards"
+    try:
+        samples = list(read_samples(io.BytesIO(data)))
+    except tarfile.TarError as error:
+        raise DataError("{}/{} is not a readable tar shard: {}".format(where, name, error), hint)
+    labelled = []
+    for key, files in samples:
         kinds = [kind for kind in files if kind in IMAGE_KINDS]
-        if "cls" not in files or not kinds:
+        if "cls" not in files or not kinds or not files["cls"].strip().isdigit():
             raise DataError("{}/{}: example {!r} lacks an image or a .cls label".format(
-                where, name, key), "write the shards with python -m trainer.data.make_shards")
-        yield key, files[kinds[0]], int(files["cls"])
+                where, name, key), hint)
+        labelled.append((key, files[kinds[0]], int(files["cls"])))
+    return labelled
 
 
 def _take(examples: Iterator, count: int) -> list:

@@ -84,6 +84,10 @@ class DataSource:
     def eval_batches(self) -> Iterator[Batch]:
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """Where the data comes from, for the run's log ("" when there is nothing to say)."""
+        return ""
+
 
 @dataclass
 class TensorSource(DataSource):

@@ -16,6 +16,8 @@ from trainer.errors import EX_USAGE, TrainerError
 FLAGS = flags.FLAGS
 # --step_mode values; ``trainer.xla`` (which imports torch_xla) decides what "auto" means.
 STEP_MODES = ("auto", "compiled", "lazy")
+# --precision: float32 throughout, or bfloat16 autocast of the forward pass (``trainer.xla``).
+PRECISIONS = ("fp32", "bf16")
 # --devices: every device the runtime sees, or a count (``trainer.devices`` decides).
 AUTO_DEVICES = "auto"
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
@@ -51,6 +53,7 @@ class TrainConfig:
     step_mode: str = "auto"
     compile_cache: str = ""
     devices: str = AUTO_DEVICES
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -93,6 +96,11 @@ class TrainConfig:
             raise TrainerError("--step_mode={!r} is not one of {}".format(
                 self.step_mode, ", ".join(STEP_MODES)),
                 "auto compiles the steps where torch_xla >= 2.1 can, else runs them lazily")
+        if self.precision not in PRECISIONS:
+            raise TrainerError("--precision={!r} is not one of {}".format(
+                self.precision, ", ".join(PRECISIONS)),
+                "bf16 runs the forward pass in bfloat16 (fast on TPUs); fp32 runs all in "
+                "float32")
         parse_devices(self.devices)
         if not self.fake_data and not self.data_dir:
             raise TrainerError("no input data: --data_dir is not set",
@@ -148,6 +156,9 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                      "compiled (each step one traced graph), or lazy (traced every step)",
         "devices": "XLA devices to train on: auto (every device the runtime sees, one SPMD "
                    "program over all of them; --batch_size is per device) or a count",
+        "precision": "fp32, or bf16: the forward pass and loss under bfloat16 autocast "
+                     "(TPUs multiply bf16 at full speed; weights and updates stay fp32; "
+                     "torch_xla 2.x)",
         "compile_cache": "folder or gs:// URI of the persistent compilation cache, shared by "
                          "trials; default: compile-cache/ in the job dir; none: off",
     }

@@ -64,7 +64,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         steps_per_epoch = _steps_per_epoch(config, spec.data)
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
-        steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path)
+        steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
+                      config.precision)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout)
         state = LoopState()
@@ -72,9 +73,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
                                                    hypertune_tag=config.hypertune_metric,
                                                    writes=writes))
-        log.info("%s on %s (%s), %s steps: %d steps/epoch x %d epochs", spec.name,
-                 topology.describe(), xla.device_kind(dev), path, steps_per_epoch,
-                 config.num_epochs)
+        log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs", spec.name,
+                 topology.describe(), xla.device_kind(dev), path, config.precision,
+                 steps_per_epoch, config.num_epochs)
+        if spec.data.describe():
+            log.info("data: %s", spec.data.describe())
         log.info("global batch %d (--batch_size=%d per device x %d); peak learning rate %g "
                  "(%s)", spec.data.batch_size, config.batch_size, topology.devices,
                  learning_rate.peak, "--lr={:g} x {} / --lr_batch={}".format(
@@ -100,7 +103,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         summary.update(devices=topology.devices, devices_found=topology.found,
                        processes=topology.process_count, batch_size_per_device=config.batch_size,
                        global_batch=spec.data.batch_size,
-                       learning_rate=steps.learning_rate.peak)
+                       learning_rate=steps.learning_rate.peak, precision=config.precision)
         outputs.write_summary(summary)
     return summary
 

@@ -17,7 +17,8 @@ the same on both paths and a resumed run reads the restored buffers.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import contextlib
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -91,9 +92,10 @@ class OneGraphTrainStep:
     (the first step, a resumed run). The optimizer's own rate is not read."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.SGD,
-                 loss_fn: LossFunction, rate_at: Callable[[torch.Tensor], torch.Tensor]
-                 ) -> None:
+                 loss_fn: LossFunction, rate_at: Callable[[torch.Tensor], torch.Tensor],
+                 autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
         self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
+        self.autocast = autocast
         self.momentum, self.weight_decay = sgd_settings(optimizer)
         self.tensors = ModelTensors(model)
         # Parameters, buffers and momentum buffers: how many of each, in and out of the graph.
@@ -128,7 +130,8 @@ class OneGraphTrainStep:
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
         # The forward updates batch-norm statistics in place: on copies, which it returns.
         buffers = [buffer.clone() for buffer in buffers]
-        loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
+        with self.autocast():
+            loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
             rate = self.rate_at(counter.to(torch.float32))[0]
@@ -159,8 +162,9 @@ class OneGraphEvalStep:
     is a flat list of device tensors and ``count`` returns their new values."""
 
     def __init__(self, model: torch.nn.Module,
-                 count: Callable[[torch.Tensor, torch.Tensor, Tensors], Tensors]) -> None:
-        self.count = count
+                 count: Callable[[torch.Tensor, torch.Tensor, Tensors], Tensors],
+                 autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
+        self.count, self.autocast = count, autocast
         self.tensors = ModelTensors(model)
         self._graph = TracedPerShape(model, self._step)
 
@@ -172,7 +176,9 @@ class OneGraphEvalStep:
         parameters, buffers, (x, y), totals = _split(inputs, len(self.tensors.parameters),
                                                       len(self.tensors.buffers), 2)
         with torch.no_grad():
-            return tuple(self.count(self.tensors.call(parameters, buffers, x), y, totals))
+            with self.autocast():
+                scores = self.tensors.call(parameters, buffers, x)
+            return tuple(self.count(scores, y, totals))
 
 
 def _split(tensors: Tensors, *sizes: int) -> List[Tensors]:

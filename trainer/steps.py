@@ -27,13 +27,16 @@ class Steps:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
-                 path: str) -> None:
+                 path: str, precision: str = xla.FP32) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.device = next(model.parameters()).device
+        # The forward passes and the loss run in this context (``xla.mixed_precision``).
+        self.autocast = xla.mixed_precision(precision)
         if path == xla.COMPILED:
-            self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at)
-            self._count_batch = OneGraphEvalStep(model, self._count)
+            self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at,
+                                            self.autocast)
+            self._count_batch = OneGraphEvalStep(model, self._count, self.autocast)
         else:
             self._train = self._lazy_train_step
             self._count_batch = self._lazy_count_batch
@@ -54,7 +57,8 @@ class Steps:
                          loss_total: torch.Tensor) -> torch.Tensor:
         self.learning_rate.set(step)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(x), y)
+        with self.autocast():
+            loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()
         return loss_total + loss.detach()
@@ -62,7 +66,9 @@ class Steps:
     def _lazy_count_batch(self, x: torch.Tensor, y: torch.Tensor,
                           totals: List[torch.Tensor]) -> List[torch.Tensor]:
         with torch.no_grad():
-            return self._count(self.model(x), y, totals)
+            with self.autocast():
+                scores = self.model(x)
+            return self._count(scores, y, totals)
 
     def _count(self, scores: torch.Tensor, y: torch.Tensor,
                totals: Sequence[torch.Tensor]) -> List[torch.Tensor]:

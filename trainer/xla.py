@@ -138,6 +138,35 @@ def compile_traced(graph: torch.nn.Module, inputs: Sequence[torch.Tensor]
     return dynamo_bridge.extract_compiled_graph(graph, list(inputs))
 
 
+FP32, BF16 = "fp32", "bf16"  # --precision
+
+
+def mixed_precision(precision: str) -> Callable[[], Any]:
+    """A factory of the context in which forward passes run for ``precision``: bf16 is
+    torch's autocast for XLA devices (matrix products and convolutions in bfloat16, reductions
+    and the loss in float32; the weights and their update stay float32, and bfloat16's
+    exponent range needs no loss scaling). It is what ``torch_xla.amp.autocast`` does on a TPU,
+    asked for directly because that wrapper ignores the CPU device. torch_xla 1.x has no XLA
+    autocast: there bf16 is refused (exit 64), never silently fp32."""
+    import contextlib
+
+    if precision != BF16:
+        return contextlib.nullcontext
+    if not _has_xla_autocast():
+        raise TrainerError("--precision=bf16 needs torch_xla 2.x (autocast on XLA devices); "
+                           "this is torch_xla {}".format(torch_xla_version()),
+                           "use --precision=fp32 on this image, or the pjrt image")
+    return lambda: torch.autocast("xla", dtype=torch.bfloat16)
+
+
+def _has_xla_autocast() -> bool:
+    try:
+        torch.autocast("xla", dtype=torch.bfloat16)
+    except (RuntimeError, ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
 def torch_xla_version() -> str:
     return torch_xla.__version__.split("+")[0]
 

@@ -36,14 +36,34 @@ def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     reported = json.loads(metric_file.read_text().splitlines()[-1])
     assert float(reported["mnist_accuracy"]) == pytest.approx(summary["final_accuracy"])
 
+def default_run(step_mode="compiled", precision="fp32"):
+    """The summary of the default MNIST run (5 epochs) on the real digits."""
+    return mnist.run(TrainConfig(data_dir=str(MNIST_SUBSET), log_steps=0, step_mode=step_mode,
+                                 precision=precision), paths=OutputPaths())
+
+
+@pytest.fixture(scope="module")
+def fp32_compiled_run():
+    return default_run()
+
+
 @needs_mnist
 @pytest.mark.numeric
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
-def test_the_defaults_reach_99_percent_in_5_epochs_on_real_digits(step_mode):
-    summary = mnist.run(TrainConfig(data_dir=str(MNIST_SUBSET), log_steps=0, step_mode=step_mode),
-                        paths=OutputPaths())
+def test_the_defaults_reach_99_percent_in_5_epochs_on_real_digits(step_mode, request):
+    summary = (request.getfixturevalue("fp32_compiled_run") if step_mode == "compiled"
+               else default_run(step_mode))
     assert summary["epochs"] == 5 and summary["step_path"] == step_mode
     assert summary["final_accuracy"] >= 0.99
+
+
+@needs_mnist
+@pytest.mark.numeric
+def test_bf16_trains_within_half_a_point_of_fp32(fp32_compiled_run):
+    summary = default_run(precision="bf16")
+    assert summary["precision"] == "bf16" and fp32_compiled_run["precision"] == "fp32"
+    assert abs(summary["final_accuracy"] - fp32_compiled_run["final_accuracy"]) <= 0.005
+
 
 @needs_mnist
 def test_gcs_job_dir_and_data(gcs, tmp_path, monkeypatch):

@@ -189,14 +189,19 @@ class GcsDirectory(Directory):
         self.bucket_name, self.prefix = bucket, prefix
         self.uri = "gs://{}/{}".format(bucket, prefix) if prefix else "gs://" + bucket
         self._bucket = None
+        self._pid = 0  # the process that made the client
         self._synced: Dict[str, int] = {}  # name -> size of the file last synced up or down
 
     @property
     def bucket(self):
-        if self._bucket is None:
+        """The bucket, through a client of this process: a data worker forked from the
+        trainer must not share the trainer's pooled connections (two processes reading one
+        socket get each other's bytes: a checksum error at best)."""
+        if self._bucket is None or self._pid != os.getpid():
             from google.cloud import storage  # only jobs with gs:// paths pay for the import
 
             self._bucket = storage.Client().bucket(self.bucket_name)
+            self._pid = os.getpid()
         return self._bucket
 
     def _key(self, name: str) -> str:

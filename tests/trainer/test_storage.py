@@ -45,3 +45,32 @@ def test_local_write_leaves_no_temporary_and_cleans_stale_ones(tmp_path):
 def test_gs_uri_without_bucket_is_an_error():
     with pytest.raises(StorageError, match="no bucket"):
         open_dir("gs://")
+
+
+def _client_shared_after_fork(directory, answer) -> None:
+    inherited = directory._bucket
+    answer.put(directory.bucket is inherited)
+
+
+def test_a_forked_data_worker_gets_a_client_of_its_own(gcs):
+    # Sharing the parent's pooled connections made two workers read each other's bytes
+    # (google-cloud-storage's DataCorruption, seen in a full test session).
+    import multiprocessing
+
+    directory = open_dir("gs://{}/x".format(gcs.name))
+    directory.write_bytes("a", b"1")
+    context = multiprocessing.get_context("fork")  # how DataLoader starts workers on Linux
+    answer = context.Queue()
+    child = context.Process(target=_client_shared_after_fork, args=(directory, answer))
+    child.start()
+    child.join(60)
+    assert answer.get(timeout=10) is False
+    assert directory.read_bytes("a") == b"1"  # the parent's own client still works
+
+
+def test_walk_lists_every_file_under_a_folder(directory):
+    directory.write_bytes("t/a/1.JPEG", b"1")
+    directory.write_bytes("t/b/2.JPEG", b"2")
+    directory.write_bytes("u/3", b"3")
+    assert directory.walk("t") == ["t/a/1.JPEG", "t/b/2.JPEG"]
+    assert directory.walk("missing") == []

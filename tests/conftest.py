@@ -212,10 +212,16 @@ def faulty_gcs(monkeypatch, tmp_path):
         server.stop()
 
 
-def copy_mnist_to_bucket(bucket, prefix: str = "mnist") -> str:
-    for path in sorted(MNIST_SUBSET.glob("*.gz")):
+def upload_folder(folder: Path, bucket, prefix: str, pattern: str = "*") -> str:
+    """Copies the files of ``folder`` matching ``pattern`` to ``gs://BUCKET/PREFIX/``;
+    returns that URI."""
+    for path in sorted(folder.glob(pattern)):
         bucket.blob("{}/{}".format(prefix, path.name)).upload_from_filename(str(path))
     return "gs://{}/{}".format(bucket.name, prefix)
+
+
+def copy_mnist_to_bucket(bucket, prefix: str = "mnist") -> str:
+    return upload_folder(MNIST_SUBSET, bucket, prefix, "*.gz")
 
 
 needs_mnist = pytest.mark.skipif(not MNIST_SUBSET.is_dir(),

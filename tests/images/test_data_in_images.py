@@ -1,7 +1,12 @@
-"""The ImageNet data package inside the xrt image, whose Python is 3.7 with torch 1.11 and
-google-cloud-storage 2.10: real photographs made into shards on fake-gcs-server by the shard
-command, then read back by the trainer's reader with two worker processes."""
+"""The ImageNet data path in both images, on real photographs (``tests/photos.py``): in the
+xrt image (Python 3.7, torch 1.11, google-cloud-storage 2.10) the shard command writes shards
+to fake-gcs-server and the trainer's reader streams them back with two worker processes; in
+the pjrt image ImageNet trains from those shards on two CPU devices in bf16 through the
+launcher."""
 
+import json
+
+from conftest import upload_folder
 from containers import run_container
 
 READ_BACK = """
@@ -25,3 +30,25 @@ def test_shards_are_written_and_streamed_on_python_37(images, photos, gcs, gcs_s
     read = run_container(images["xrt"], "-c", READ_BACK, shards, entrypoint="python", env=env)
     assert read.returncode == 0, read.stderr
     assert read.stdout.split() == ["3.7", "(8,", "3,", "64,", "64)", "torch.uint8", "64", "8"]
+
+
+def test_imagenet_trains_from_shards_on_two_devices_in_bf16_in_the_pjrt_image(
+        images, photo_shards, gcs, gcs_server, tmp_path):
+    shards = upload_folder(photo_shards, gcs, "shards")
+    result = run_container(
+        images["pjrt"], "--data_dir=" + shards, "--model=resnet18", "--image_size=64",
+        "--batch_size=8", "--num_epochs=1", "--num_steps=3", "--warmup_epochs=0",
+        "--precision=bf16", "--log_steps=1", "--job-dir=/out",
+        env={"LAUNCHER_TRAINER": "python -m trainer.imagenet", "CPU_NUM_DEVICES": "2",
+             "STORAGE_EMULATOR_HOST": gcs_server.url},
+        volumes={str(tmp_path): "/out"})
+    assert result.returncode == 0, result.stderr
+    # Pillow and torchvision come with the base image (the stand-in installs them as the
+    # release image does); the shards stream from gs:// through the image's storage client.
+    assert "data: {} shards (192 train, 64 val examples)".format(shards) in result.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["devices"], summary["global_batch"], summary["global_step"],
+            summary["precision"], summary["step_path"]) == (2, 16, 3, "bf16", "compiled")
+    # One execution on both devices per step: 3 training and 3 evaluation (--num_steps).
+    assert summary["executions_per_epoch"] == [3 + 3]
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-000000003.pt"]

@@ -1,5 +1,5 @@
 """trainer.imagenet on the real XLA CPU device: ResNet-18 at a small image size, with fake
-data and with a real class-folder tree."""
+data, a real class-folder tree, and real photographs in shards on fake-gcs-server."""
 
 import os
 
@@ -8,7 +8,7 @@ import torch
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-from conftest import make_image_folder  # noqa: E402
+from conftest import make_image_folder, upload_folder  # noqa: E402
 from trainer import imagenet  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.data.images import normalize  # noqa: E402
@@ -89,18 +89,12 @@ def test_bad_model_and_missing_folders_are_clear_errors(tmp_path):
         imagenet.run(TrainConfig(data_dir=str(tmp_path), **SMALL))
 
 
-def upload(folder, bucket, prefix):
-    for path in sorted(folder.iterdir()):
-        bucket.blob("{}/{}".format(prefix, path.name)).upload_from_filename(str(path))
-    return "gs://{}/{}".format(bucket.name, prefix)
-
-
 def test_resnet18_learns_real_photographs_streamed_from_cloud_storage(photo_shards, gcs,
                                                                       tmp_path):
     # 8 classes of real photographs (tests/photos.py), 192 training and 64 test images, read
     # as shards from fake-gcs-server by one data worker process. Chance is 12.5 %; 4 epochs
     # reached 97 % here (seed 1). 50 % (4 x chance) leaves room for other CPUs' rounding.
-    config = TrainConfig(data_dir=upload(photo_shards, gcs, "shards"), model="resnet18",
+    config = TrainConfig(data_dir=upload_folder(photo_shards, gcs, "shards"), model="resnet18",
                          image_size=64, batch_size=16, num_epochs=4, warmup_epochs=0, lr=0.05,
                          lr_batch=0, num_workers=1, log_steps=0)
     summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path), {}))

@@ -199,13 +199,15 @@ lint: $(STAMP)
 	for f in config/*.yaml; do $(PY) -m jobspec check $$f --image gcr.io/p/i:t || exit 1; done
 
 ## bench: launcher reaction and overhead, trainer throughput, lazy vs compiled steps, cold vs
-## warm compile cache, and SPMD over 1/2/4 CPU devices (bench/*.py; about 30 minutes on 2
-## cores). bench/spmd.py --reference-examples DIR also runs pytorch/xla's SPMD example.
+## warm compile cache, SPMD over 1/2/4 CPU devices, and the ImageNet input pipeline on real
+## photographs (bench/*.py; about 45 minutes on 2 cores). bench/spmd.py --reference-examples
+## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
 	$(PY) bench/trainer.py
 	$(PY) bench/step_paths.py
 	$(PY) bench/spmd.py
+	$(PY) bench/data.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

@@ -3,13 +3,14 @@ of 24, 64 val images in 3 shards): disjoint shards per worker and host, a determ
 order per (seed, epoch), exact resume without reading skipped shards, every evaluation
 example once, and the same batches from fake-gcs-server as from a local folder."""
 
+import threading
 from collections import Counter
 
 import pytest
 import torch
 
 from trainer.batches import IGNORE_LABEL, WHOLE, HostPart
-from trainer.data.shard_source import ShardSource
+from trainer.data.shard_source import ShardSource, _prefetched
 from trainer.data.tar_members import tar_bytes
 from trainer.errors import DataError, TrainerError
 
@@ -129,3 +130,26 @@ def test_what_cannot_be_read_is_a_clear_error(photo_shards, tmp_path):
         (tmp_path / name).write_bytes(tar_bytes([("a.jpg", b"x")]))
     with pytest.raises(DataError, match="example 'a' lacks an image or a .cls label"):
         flat(source(tmp_path).train_batches(0))
+
+
+def test_prefetch_keeps_the_order_fetches_ahead_and_raises_where_a_fetch_failed():
+    fetched, b_fetched = [], threading.Event()
+
+    def fetch(name):
+        fetched.append(name)
+        if name == "a":
+            b_fetched.wait(5)  # "a" ends after "b": the order must not follow completion
+        if name == "b":
+            b_fetched.set()
+        if name == "d":
+            raise DataError("d is broken", "")
+        return name.upper()
+
+    names = ["a", "b", "c", "d", "e"]
+    shards = _prefetched(names, fetch, ahead=2)
+    assert next(shards) == "A"
+    # "a" and "b" were started first; "c" only when "a" was taken.
+    assert set(fetched) <= {"a", "b", "c"}
+    assert [next(shards), next(shards)] == ["B", "C"]
+    with pytest.raises(DataError, match="d is broken"):
+        next(shards)

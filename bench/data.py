@@ -1,5 +1,5 @@
 """The ImageNet input pipeline on real photographs (run: make bench, or python bench/data.py
-[--images-per-class N] [--rounds N]).
+[--images-per-class N] [--rounds N] [--no-end-to-end]).
 
 The photographs are ``tests/photos.py``'s set (scikit-image's sample photos, cropped and saved
 as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images per class.
@@ -8,10 +8,10 @@ as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images p
    JPEG draft, crop and resize in one resample, uint8) against the reference pipeline
    (torchvision: PIL decode + ``RandomResizedCrop(224)`` + flip + ``ToTensor`` +
    ``Normalize``), the same JPEG bytes from memory, one thread each, rounds interleaved; the
-   ratio of the medians (goal >= 2).
+   ratio of the medians (goal >= 2); and how much of ours is the full-size decode alone.
 2. Shards read from fake-gcs-server against the same shards on local disk: MB/s and images/s
    of fetching and unpacking every train shard (no decode) through the trainer's reader; the
-   ratio (goal >= 0.8).
+   ratio (goal >= 0.8); and the fetch and the unpacking apart.
 3. Host-to-device bytes per image: a batch of ours (uint8) against the float32 batch the
    reference pipeline makes (goal: 4x fewer).
 4. End to end, ResNet-18 at 64 px, batch 16: steady examples/s from the shards with the
@@ -82,6 +82,40 @@ def decode_rates(jpegs: List[bytes], rounds: int) -> Dict[str, float]:
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
+def full_decode_ms(jpegs: List[bytes], rounds: int) -> float:
+    """Median ms per image of decoding each JPEG at full size to RGB, nothing else: the
+    part of both pipelines that a reduced decode cannot remove when the crop is small."""
+    seconds = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for data in jpegs:
+            images.open_image(data).convert("RGB")
+        seconds.append(time.perf_counter() - start)
+    return 1000 * statistics.median(seconds) / len(jpegs)
+
+
+def read_parts(data_dir: str, rounds: int) -> Dict[str, float]:
+    """MB/s of the reader's two parts apart: fetching every train shard's bytes (through
+    the trainer's storage layer) and unpacking them (tar members, in Python)."""
+    from trainer import storage
+    from trainer.data.tar_members import read_samples
+
+    root = storage.open_dir(data_dir)
+    names = [name for name, _ in ShardSource(data_dir, SIZE, 1, 0, 1).index.shards("train")]
+    fetch, unpack = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        shards = [root.read_bytes(name) for name in names]
+        fetch.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for data in shards:
+            list(read_samples(io.BytesIO(data)))
+        unpack.append(time.perf_counter() - start)
+    total = sum(map(len, shards)) / 1e6
+    return {"fetch": total / statistics.median(fetch),
+            "unpack": total / statistics.median(unpack)}
+
+
 def read_rate(data_dir: str, rounds: int) -> Dict[str, float]:
     """MB/s and images/s of fetching and unpacking every train shard (median of rounds)."""
     source = ShardSource(data_dir, SIZE, 1, 0, 1)
@@ -117,6 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images-per-class", type=int, default=80)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-end-to-end", action="store_true",
+                        help="skip the trainer runs (the longest part, about 12 minutes)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core per pipeline
     with tempfile.TemporaryDirectory(prefix="bench-data-") as work:
@@ -130,10 +166,13 @@ def main() -> None:
         print("decode + augment, one core: ours {ours:.0f} images/s, reference {reference:.0f} "
               "images/s, ratio {ratio:.2f}".format(ratio=rates["ours"] / rates["reference"],
                                                    **rates))
+        print("  of which decoding the full-size JPEG alone: {:.2f} ms of ours {:.2f} ms per "
+              "image".format(full_decode_ms(jpegs, args.rounds), 1000 / rates["ours"]))
 
         shards = Path(work) / "shards"
         convert(str(tree), str(shards), shard_size=100)
         local = read_rate(str(shards), args.rounds)
+        local_parts = read_parts(str(shards), args.rounds)
         import fake_gcs
         from google.cloud import storage
 
@@ -144,12 +183,16 @@ def main() -> None:
             for path in sorted(shards.iterdir()):
                 bucket.blob("shards/" + path.name).upload_from_filename(str(path))
             remote = read_rate("gs://bench-data/shards", args.rounds)
+            remote_parts = read_parts("gs://bench-data/shards", args.rounds)
         finally:
             server.stop()
         print("shard reading: local {:.0f} MB/s, {:.0f} images/s; fake-gcs-server {:.0f} MB/s, "
               "{:.0f} images/s; ratio {:.2f}".format(local["MB/s"], local["images/s"],
                                                       remote["MB/s"], remote["images/s"],
                                                       remote["MB/s"] / local["MB/s"]))
+        print("  apart: fetch local {:.0f} MB/s, fake-gcs-server {:.0f} MB/s; unpack {:.0f} "
+              "and {:.0f} MB/s".format(local_parts["fetch"], remote_parts["fetch"],
+                                       local_parts["unpack"], remote_parts["unpack"]))
 
         batch, _ = next(iter(ShardSource(str(shards), SIZE, 8, 0, 1).train_batches(0)))
         ours_bytes = batch.element_size() * batch[0].nelement()
@@ -159,6 +202,8 @@ def main() -> None:
               "(float32), {3:.1f}x fewer".format(SIZE, ours_bytes, reference_bytes,
                                                  reference_bytes / ours_bytes))
 
+        if args.no_end_to_end:
+            return
         torch.set_num_threads(os.cpu_count() or 1)
         runs: Dict[str, List[float]] = {"real": [], "fake": []}
         for _ in range(args.rounds):  # interleaved

@@ -176,10 +176,15 @@ def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_float32_weights(path):
     fp32, fp32_types = one_step_loss(path, "fp32")
     bf16, bf16_types = one_step_loss(path, "bf16")
     assert fp32_types == bf16_types == {torch.float32}
-    # bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 0.2 %): a loss computed
-    # from bf16 products differs from float32's (so autocast is on), by far less than 5 %.
+    # Autocast rounds each layer's inputs and weights to bfloat16 (8 significant bits,
+    # relative error <= 2^-9), so the loss moves: it is not float32's. How far, at most: a
+    # sum of n rounded products is off by sqrt(n) * 2^-9 relative (n <= 320 in MnistNet:
+    # 3.5 %), four layers add up to 14 % of the logits, which are below 1 in size at this
+    # initialisation (0.53 measured, centred), and the NLL moves by at most twice the largest
+    # logit's change: 0.28 of a loss of about 2.3, 12 %. Bound: 15 %. What it catches: a
+    # loss left in float32 (equal) or broken by a narrower type (float16 overflow, NaN).
     assert bf16 != fp32
-    assert abs(bf16 - fp32) <= 0.05 * abs(fp32)
+    assert abs(bf16 - fp32) <= 0.15 * abs(fp32)
 
 
 def test_unknown_precision_is_a_usage_error():

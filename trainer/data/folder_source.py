@@ -10,8 +10,6 @@ decoded as ``trainer.data.images`` does (uint8, normalized on the device).
 
 from __future__ import annotations
 
-import random
-import zlib
 from typing import Iterator, List
 
 import torch
@@ -62,9 +60,8 @@ class _Images(Dataset):
             if self.train_seed is None:
                 image = images.eval_image(data, self.size)
             else:
-                draws = random.Random(zlib.crc32("{}/{}/{}".format(
-                    self.train_seed, self.epoch, index).encode()))
-                image = images.train_image(data, self.size, draws)
+                image = images.train_image(data, self.size,
+                                           images.draws(self.train_seed, self.epoch, index))
         except (OSError, ValueError, SyntaxError) as error:  # what Pillow raises
             raise DataError("cannot decode {}: {}".format(self.root.join(name), error),
                             "remove or replace the file (make_shards skips such files)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import zlib
 from typing import Tuple
 
 import torch
@@ -33,6 +34,13 @@ def open_image(data: bytes):
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS
     return Image.open(io.BytesIO(data))
+
+
+def draws(seed: int, epoch: int, key) -> random.Random:
+    """The augmentation's random draws for one example (``key``: its name or index): the
+    same for the same seed, epoch and example, whichever worker process decodes it (a
+    string's ``hash`` changes per process, a CRC does not)."""
+    return random.Random(zlib.crc32("{}/{}/{}".format(seed, epoch, key).encode()))
 
 
 def crop_box(width: int, height: int, rng: random.Random) -> Box:

@@ -33,14 +33,13 @@ import queue
 import random
 import tarfile
 import threading
-import zlib
 from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from trainer import storage
-from trainer.batches import IGNORE_LABEL, WHOLE, Batch, DataSource, HostPart, epoch_order
+from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, pad_batch
 from trainer.data import images
 from trainer.data.shard_index import INDEX_NAME, ShardIndex
 from trainer.data.tar_members import read_samples
@@ -147,19 +146,20 @@ class ShardSource(DataSource):
         for _ in range(count):
             x, y = [], []
             for key, data, label in _take(examples, self.local_batch):
-                x.append(images.train_image(data, self.image_size, _rng(self.seed, epoch, key)))
+                x.append(images.train_image(data, self.image_size,
+                                            images.draws(self.seed, epoch, key)))
                 y.append(label)
             yield torch.stack(x), torch.tensor(y, dtype=torch.int64)
 
     def _eval_batches(self, shards: Shards) -> Iterator[Batch]:
         size, examples = self.local_eval_batch, self.read_examples(shards, 0, shuffle=None)
-        empty = torch.zeros((size, 3, self.image_size, self.image_size), dtype=torch.uint8)
+        empty = torch.zeros((0, 3, self.image_size, self.image_size), dtype=torch.uint8)
         for _ in range(self.eval_batches_per_worker):
             part = _take(examples, size)
-            x = [images.eval_image(data, self.image_size) for _, data, _ in part]
-            y = [label for _, _, label in part] + [IGNORE_LABEL] * (size - len(part))
-            yield (torch.cat([torch.stack(x), empty[len(x):]]) if x else empty,
-                   torch.tensor(y, dtype=torch.int64))
+            x = torch.stack([images.eval_image(data, self.image_size)
+                             for _, data, _ in part]) if part else empty
+            yield pad_batch(x, torch.tensor([label for _, _, label in part], dtype=torch.int64),
+                            size)
 
     def read_examples(self, shards: Shards, skip: int, shuffle: Optional[Tuple[int, int]]
                   ) -> Iterator[Tuple[str, bytes, int]]:
@@ -227,12 +227,6 @@ def _take(examples: Iterator, count: int) -> list:
         if len(taken) == count:
             break
     return taken
-
-
-def _rng(seed: int, epoch: int, key: str) -> random.Random:
-    """The augmentation's draws for one example: the same for the same seed, epoch and
-    example, whichever worker decodes it (``hash`` of a string changes per process)."""
-    return random.Random(zlib.crc32("{}/{}/{}".format(seed, epoch, key).encode()))
 
 
 def _prefetched(names: List[str], fetch: Callable[[str], bytes],

@@ -1,6 +1,7 @@
 """How many processes decode images when the user does not say: the host's cores (the ones
 this process may run on, which a container's CPU set limits), less one for the process that
-feeds the devices, capped where more workers only add memory (each holds up to two shards)."""
+feeds the devices, capped where more workers only add memory (each holds up to
+``shard_source.SHARDS_IN_FLIGHT + 1`` shards)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,10 @@ def test_normalize_is_imagenets_mean_and_std_on_the_float_image():
     mean = torch.tensor(images.MEAN).view(1, 3, 1, 1)
     std = torch.tensor(images.STD).view(1, 3, 1, 1)
     expected = (x.double() / 255 - mean.double()) / std.double()
-    # float32: a few roundings of values below 3 in magnitude, each within 2^-24 relative.
+    # float32 on the host's CPU, (x - 255*mean) * (1 / (255*std)), u = 2^-24: the constant
+    # 255*mean (< 256) is off by <= 256u = 1.5e-5 and x minus it (< 256) rounds by as much,
+    # each scaled by 1/(255*std) < 0.0175: 5.3e-7; the product (< 2.7) rounds by <= 4u and
+    # the constant 1/(255*std) by 2.7u: 4e-7. At most 9.3e-7 on any IEEE-754 CPU: atol 1e-6.
     assert torch.allclose(images.normalize(x).double(), expected, rtol=0, atol=1e-6)
 
 

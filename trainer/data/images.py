@@ -99,13 +99,19 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
                       for c in range(3)], dim=1)
 
 
+def draft_size(width: int, height: int, box: Box, size: int) -> Tuple[int, int]:
+    """The smallest decoded size of a ``width x height`` image at which ``box`` still has at
+    least ``size x size`` pixels (what ``Image.draft`` is asked for: libjpeg then decodes at
+    the smallest of 1/8, 1/4, 1/2, 1 that is at least that)."""
+    crop_w, crop_h = box[2] - box[0], box[3] - box[1]
+    return math.ceil(width * size / crop_w), math.ceil(height * size / crop_h)
+
+
 def _crop_resized(image, box: Box, size: int, flip: bool) -> torch.Tensor:
     from PIL import Image
 
     width, height = image.size
-    crop_w, crop_h = box[2] - box[0], box[3] - box[1]
-    # The smallest decode whose crop still has at least size x size pixels.
-    image.draft("RGB", (math.ceil(width * size / crop_w), math.ceil(height * size / crop_h)))
+    image.draft("RGB", draft_size(width, height, box, size))
     sx, sy = image.size[0] / width, image.size[1] / height
     resized = image.resize((size, size), Image.BILINEAR,
                            box=(box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))

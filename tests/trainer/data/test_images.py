@@ -1,7 +1,6 @@
 """trainer.data.images: one image to uint8 ``3 x size x size``, normalized on the device."""
 
 import io
-import math
 import random
 
 import pytest
@@ -67,13 +66,17 @@ def test_evaluation_keeps_the_centre_and_training_flips_half_the_time():
     assert 25 <= flips <= 100
 
 
-def test_the_decode_is_reduced_for_a_large_jpeg():
+def test_the_decode_is_reduced_only_as_far_as_the_crop_allows():
     data = encoded(Image.new("RGB", (4000, 3000), (1, 2, 3)), quality=90)
-    image = images.open_image(data)
-    box = images.centre_box(4000, 3000, 224)
-    image.draft("RGB", (math.ceil(4000 * 224 / (box[2] - box[0])),
-                        math.ceil(3000 * 224 / (box[3] - box[1]))))
-    assert image.size == (500, 375)  # 1/8: still at least 224 px across the crop
+    centre = images.centre_box(4000, 3000, 224)  # 2625 px square: 1/8 leaves 328 px
+    whole = (0, 0, 4000, 3000)
+    small = (100, 100, 400, 400)  # 300 px: 1/2 would leave 150 px, too few
+    for box, decoded in ((centre, (500, 375)), (whole, (500, 375)), (small, (4000, 3000))):
+        image = images.open_image(data)
+        image.draft("RGB", images.draft_size(4000, 3000, box, 224))
+        assert image.size == decoded, box
+        scale = image.size[0] / 4000
+        assert min(box[2] - box[0], box[3] - box[1]) * scale >= 224
 
 
 def test_normalize_is_imagenets_mean_and_std_on_the_float_image():

@@ -33,7 +33,7 @@ import os
 import random
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from trainer import storage
 from trainer.data import images
@@ -152,19 +152,10 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     for count, _ in done.values():
         progress.done_shards += 1
         progress.done_images += count
-    workers = workers or host_cores()
-    if workers > 1 and len(tasks) > 1:
-        with multiprocessing.Pool(min(workers, len(tasks))) as pool:
-            for name, count, skipped in pool.imap_unordered(make_shard, tasks):
-                done[name] = (count, skipped)
-                _report_skipped(skipped)
-                progress.add(count, final=len(done) == len(plan))
-    else:
-        for task in tasks:
-            name, count, skipped = make_shard(task)
-            done[name] = (count, skipped)
-            _report_skipped(skipped)
-            progress.add(count, final=len(done) == len(plan))
+    for name, count, skipped in _made(tasks, workers or host_cores()):
+        done[name] = (count, skipped)
+        _report_skipped(skipped)
+        progress.add(count, final=len(done) == len(plan))
     splits = {split: [(name, done[name][0]) for name, _ in plan
                       if name.startswith(split + "-")] for split in SPLITS}
     skipped = sorted(path for _, skipped_files in done.values() for path in skipped_files)
@@ -180,6 +171,16 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
              ": " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
              if skipped else "")
     return index
+
+
+def _made(tasks: List[Task], workers: int) -> Iterator[Tuple[str, int, List[str]]]:
+    """``make_shard`` of every task as each finishes: in a pool of ``workers`` processes, or
+    in this one when there is one worker or one task."""
+    if workers > 1 and len(tasks) > 1:
+        with multiprocessing.Pool(min(workers, len(tasks))) as pool:
+            yield from pool.imap_unordered(make_shard, tasks)
+    else:
+        yield from map(make_shard, tasks)
 
 
 def _done_shards(dest: storage.Directory, plan: str) -> Dict[str, Tuple[int, List[str]]]:

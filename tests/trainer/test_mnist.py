@@ -60,6 +60,9 @@ def test_the_defaults_reach_99_percent_in_5_epochs_on_real_digits(step_mode, req
 @needs_mnist
 @pytest.mark.numeric
 def test_bf16_trains_within_half_a_point_of_fp32(fp32_compiled_run):
+    # Half a point (10 of the 2,000 test digits) is the product's requirement for bf16, not a
+    # figure read off this CPU: both runs reach 99 % or more (the test above), and make test
+    # runs this pair again with the XLA CPU backend capped at SSE4.2, other rounding.
     summary = default_run(precision="bf16")
     assert summary["precision"] == "bf16" and fp32_compiled_run["precision"] == "fp32"
     assert abs(summary["final_accuracy"] - fp32_compiled_run["final_accuracy"]) <= 0.005

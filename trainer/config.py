@@ -23,6 +23,9 @@ AUTO_DEVICES = "auto"
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
 MAX_SEED = 2 ** 32 - 1
 MAX_COUNT = 2 ** 31 - 1  # the compiled step's counter is int32
+# No SGD rate comes near it; below it, the peak scaled to any global batch (lr x global batch /
+# lr_batch, at most MAX_COUNT x devices) stays finite (make fuzz: --lr=1e308 became inf).
+MAX_LR = 1e6
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
                     name, getattr(self, name)), "use 0 or a positive value")
+        if self.lr > MAX_LR:
+            raise TrainerError("--lr must be at most 1e6, got {}".format(self.lr),
+                               "e.g. --lr={} (the peak for a global batch of --lr_batch)"
+                               .format(TrainConfig.lr))
         if self.num_workers < -1:
             raise TrainerError("--num_workers must be -1 (one per host core), 0 (none) or a "
                                "count, got {}".format(self.num_workers), "e.g. --num_workers=-1")

@@ -54,6 +54,7 @@ def assert_usable(config):
 @pytest.mark.parametrize("args, text", [
     (["--lr=nan"], "--lr must be a finite number, got nan"),
     (["--lr=inf"], "--lr must be a finite number, got inf"),
+    (["--lr=1e308"], "--lr must be at most 1e6, got 1e+308"),
     (["--momentum=-inf"], "--momentum must be a finite number"),
     (["--warmup_epochs=1e308"], "--warmup_epochs=1e+308 is longer than the run"),
     (["--seed=1180591620717411303424"], "--seed must be in [0, 4294967295]"),
@@ -95,6 +96,7 @@ def flag_args(trainer):
 # make fuzz: a global batch above --lr_batch raises the peak above --lr (the linear rule);
 # the test's bound was --lr itself
 @example(("imagenet", ["--batch_size=257"]))
+@example(("mnist", ["--lr=1e308"]))  # make fuzz: the scaled peak overflowed to inf
 def test_any_flags_are_refused_in_one_line_or_usable(case):
     trainer, args = case
     try:

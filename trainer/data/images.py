@@ -5,8 +5,9 @@ the host copies 1 byte per value instead of 4.
 Training takes torchvision's ``RandomResizedCrop`` (scale 0.08-1, aspect 3/4-4/3) and a
 horizontal flip; evaluation resizes the shorter side to ``size * 256 / 224`` and takes the
 centre (the usual 256/224). Both decode a JPEG at a reduced size where the crop allows it
-(libjpeg scales by 1/2, 1/4 or 1/8 while decoding: far fewer pixels to decode) and crop and
-resize in one resample. Grayscale, CMYK and palette images become RGB; any format Pillow
+(libjpeg scales by 1/2, 1/4 or 1/8 while decoding: far fewer pixels to decode), otherwise
+straight into a tensor where torchvision can (``jpeg_decode``), and crop and resize in one
+resample (``resample``). Grayscale, CMYK and palette images become RGB; any format Pillow
 reads is accepted whatever the file's name says.
 """
 
@@ -20,12 +21,14 @@ from typing import Tuple
 
 import torch
 
+from trainer.data import jpeg_decode
+from trainer.data.resample import Box, crop_resized, tensor_crop_resized, torch_resamples_uint8
+
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 # Pillow refuses images over 89 million pixels by default ("decompression bomb"); ImageNet
 # has some near 100 million. Allow up to this many (about 1 GB decoded at full size).
 MAX_PIXELS = 350_000_000
-Box = Tuple[float, float, float, float]  # left, top, right, bottom
 
 
 def open_image(data: bytes):
@@ -81,14 +84,15 @@ def train_image(data: bytes, size: int, rng: random.Random) -> torch.Tensor:
     image = open_image(data)
     box = crop_box(image.size[0], image.size[1], rng)
     flip = rng.random() < 0.5
-    return _crop_resized(image, box, size, flip)
+    return _crop_resized(data, image, box, size, flip)
 
 
 def eval_image(data: bytes, size: int) -> torch.Tensor:
     """The centre of the image in ``data`` (256/224 resize and crop): uint8, ``3 x size x
     size``."""
     image = open_image(data)
-    return _crop_resized(image, centre_box(image.size[0], image.size[1], size), size, False)
+    return _crop_resized(data, image, centre_box(image.size[0], image.size[1], size), size,
+                         False)
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
@@ -107,18 +111,17 @@ def draft_size(width: int, height: int, box: Box, size: int) -> Tuple[int, int]:
     return math.ceil(width * size / crop_w), math.ceil(height * size / crop_h)
 
 
-def _crop_resized(image, box: Box, size: int, flip: bool) -> torch.Tensor:
-    from PIL import Image
-
+def _crop_resized(data: bytes, image, box: Box, size: int, flip: bool) -> torch.Tensor:
     width, height = image.size
     image.draft("RGB", draft_size(width, height, box, size))
+    if image.size == (width, height) and _decodes_to_tensor(image):
+        return tensor_crop_resized(jpeg_decode.decoded(data), box, size, flip)
     sx, sy = image.size[0] / width, image.size[1] / height
-    resized = image.resize((size, size), Image.BILINEAR,
-                           box=(box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
-    if resized.mode != "RGB":
-        resized = resized.convert("RGB")
-    if flip:
-        resized = resized.transpose(Image.FLIP_LEFT_RIGHT)
-    import numpy
+    return crop_resized(image, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy), size, flip)
 
-    return torch.from_numpy(numpy.asarray(resized, dtype=numpy.uint8).copy()).permute(2, 0, 1)
+
+def _decodes_to_tensor(image) -> bool:
+    """Whether torchvision decodes this image at full size (the same pixels as Pillow, sooner):
+    a plain RGB or grayscale JPEG, where torch resizes uint8 and torchvision decodes."""
+    return (image.format == "JPEG" and image.mode in ("RGB", "L")
+            and torch_resamples_uint8() and jpeg_decode.available())

@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from PIL import Image
 
-from trainer.data import images
+from trainer.data import images, resample
 
 
 def encoded(image, kind="JPEG", **options) -> bytes:
@@ -95,3 +95,22 @@ def test_normalize_is_imagenets_mean_and_std_on_the_float_image():
 def test_a_file_that_is_not_an_image_is_an_os_error():
     with pytest.raises(OSError):
         images.eval_image(b"not an image", 32)
+
+
+@pytest.mark.parametrize("mode, kind", [("RGB", "JPEG"), ("L", "JPEG"), ("RGB", "PNG")])
+def test_each_full_size_path_gives_the_crop_that_pillow_alone_gives(mode, kind):
+    # Plain JPEGs take torchvision's decode, the rest Pillow's; torch resizes both. With no
+    # reduced decode (224 px from crops under 448 px), the pixels decoded are Pillow's
+    # (test_jpeg_decode), so only the two resamplers differ: at most 2 levels (test_resample).
+    y, x = torch.meshgrid(torch.arange(375.0), torch.arange(500.0), indexing="ij")
+    wave = ((x / 16).sin() * (y / 16).cos() + 1) * 120
+    picture = Image.fromarray(torch.stack([wave, 240 - wave, wave / 2], -1).to(torch.uint8)
+                              .numpy(), "RGB").convert(mode)
+    data = encoded(picture, kind, **({"quality": 90} if kind == "JPEG" else {}))
+    for seed in range(4):
+        draws = random.Random(seed)
+        box = images.crop_box(500, 375, draws)
+        flip = draws.random() < 0.5
+        expected = resample.by_pillow(Image.open(io.BytesIO(data)), box, 224, flip).int()
+        got = images.train_image(data, 224, random.Random(seed)).int()
+        assert (got - expected).abs().max() <= 2, seed

@@ -11,11 +11,17 @@ from containers import run_container
 
 READ_BACK = """
 import sys
+from trainer.data.resample import torch_resamples_uint8
 from trainer.data.shard_source import ShardSource
 source = ShardSource(sys.argv[1], 64, 8, 2, 1)
 x, y = next(source.train_batches(0, 3))
 labels = [int(label) for _, batch in source.eval_batches() for label in batch if label >= 0]
-print("%d.%d" % sys.version_info[:2], tuple(x.shape), x.dtype, len(labels), len(set(labels)))
+print("%d.%d" % sys.version_info[:2], tuple(x.shape), x.dtype, len(labels), len(set(labels)),
+      torch_resamples_uint8())
+"""
+FAST_PATHS = """
+from trainer.data import jpeg_decode, resample
+print(resample.torch_resamples_uint8(), jpeg_decode.available())
 """
 
 
@@ -29,7 +35,17 @@ def test_shards_are_written_and_streamed_on_python_37(images, photos, gcs, gcs_s
     assert "192 train and 64 val examples in 7 shards; 0 files skipped" in made.stdout
     read = run_container(images["xrt"], "-c", READ_BACK, shards, entrypoint="python", env=env)
     assert read.returncode == 0, read.stderr
-    assert read.stdout.split() == ["3.7", "(8,", "3,", "64,", "64)", "torch.uint8", "64", "8"]
+    # torch 1.11 has no uint8 antialiased resize: Pillow's path decoded and resized them.
+    assert read.stdout.split() == ["3.7", "(8,", "3,", "64,", "64)", "torch.uint8", "64", "8",
+                                   "False"]
+
+
+def test_the_pjrt_image_decodes_and_resizes_on_the_fast_paths(images):
+    # torch 2.9's uint8 resize and torchvision's JPEG decoder both work in the image, so
+    # plain JPEGs never take the slower Pillow path there.
+    result = run_container(images["pjrt"], "-c", FAST_PATHS, entrypoint="python")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
 
 
 def test_imagenet_trains_from_shards_on_two_devices_in_bf16_in_the_pjrt_image(

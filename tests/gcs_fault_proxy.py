@@ -22,14 +22,17 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"
 
 @dataclass
 class Rule:
-    """Break matching requests: ``status`` (e.g. 503) or, with ``hang_s``, hold the request
-    that long and then drop it. ``every`` 2 breaks every other match (each write then needs
-    one retry); 1 breaks all of them (an outage)."""
+    """Break matching requests: ``status`` (e.g. 503); or, with ``hang_s``, hold the request
+    that long and then drop it; or, with ``mangle``, answer with the real response whose body
+    is "corrupt" (one byte flipped) or "truncated" (half sent, then the connection closed).
+    ``every`` 2 breaks every other match (each write then needs one retry); 1 breaks all of
+    them (an outage)."""
 
     needle: str
     methods: Tuple[str, ...] = WRITES
     status: int = 503
     hang_s: float = 0.0
+    mangle: str = ""
     every: int = 1
     matched: int = 0
     broken: int = 0
@@ -106,7 +109,7 @@ class GcsFaultProxy:
                     time.sleep(rule.hang_s)
                     self.close_connection = True
                     return
-                if rule is not None:
+                if rule is not None and not rule.mangle:
                     status, headers, data = rule.status, [], (
                         b'{"error": {"code": %d, "message": "injected by the fault proxy"}}'
                         % rule.status)
@@ -122,6 +125,12 @@ class GcsFaultProxy:
                     self.send_header(name, value.replace(proxy.upstream, proxy.url))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if rule is not None and rule.mangle == "truncated":
+                    self.wfile.write(data[:len(data) // 2])
+                    self.close_connection = True
+                    return
+                if rule is not None and rule.mangle == "corrupt" and data:
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
                 self.wfile.write(data)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any  # noqa: N815

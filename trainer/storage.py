@@ -18,6 +18,7 @@ import tempfile
 from typing import Dict, List, Optional, Tuple
 
 from trainer.errors import StorageError
+from trainer.gcs_object import read_object
 
 _TMP_PREFIX = ".tmp-"
 
@@ -214,8 +215,8 @@ class GcsDirectory(Directory):
                    name)
 
     def read_bytes(self, name: str) -> bytes:
-        return self._call(lambda policy: self.bucket.blob(self._key(name)).download_as_bytes(
-            **policy), name)
+        return self._call(lambda policy: read_object(self.bucket.blob(self._key(name)), **policy),
+                          name)
 
     def exists(self, name: str) -> bool:
         return self._call(lambda policy: self.bucket.blob(self._key(name)).exists(**policy),

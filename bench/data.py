@@ -5,7 +5,8 @@ The photographs are ``tests/photos.py``'s set (scikit-image's sample photos, cro
 as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images per class.
 
 1. Decode + augment, images/s on one core: ours (``trainer.data.images.train_image``: reduced
-   JPEG draft, crop and resize in one resample, uint8) against the reference pipeline
+   JPEG draft or torchvision's decode into a tensor, crop and resize in one resample by
+   torch's uint8 kernel) against the reference pipeline
    (torchvision: PIL decode + ``RandomResizedCrop(224)`` + flip + ``ToTensor`` +
    ``Normalize``), the same JPEG bytes from memory, one thread each, rounds interleaved; the
    ratio of the medians (goal >= 2); and how much of ours is the full-size decode alone.

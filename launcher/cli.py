@@ -37,12 +37,14 @@ from launcher.errors import (
     TrainerExecError,
     UsageError,
 )
+from launcher.init import DEFAULT_INIT_MODE, INIT_MODES, check_executable, with_handover
 from launcher.launch import (
     DEFAULT_TRAINER,
     LaunchOptions,
     LaunchPlan,
     describe,
     environment_changes,
+    is_bundled_trainer,
     plan_launch,
 )
 from launcher.report import format_command, printable, shell_exports
@@ -63,6 +65,10 @@ _OPTIONS = (
      % WaitPolicy.lost_grace_s),
     ("--host-root", "LAUNCHER_HOST_ROOT",
      "where to look for /sys and /dev when detecting TPU chips (default: /)"),
+    ("--init", "LAUNCHER_INIT",
+     "when the launcher is PID 1, how a command of your own runs: %s (default: %s; group and "
+     "child run it under dumb-init, forwarding signals to its process group or to it alone; "
+     "exec makes it PID 1)" % ("|".join(INIT_MODES), DEFAULT_INIT_MODE)),
 )
 _FLAG_OPTIONS = ("--dry-run",)
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -81,7 +87,11 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             return int(shown.code or 0)
         with interrupt_on_signals():
             plan = plan_launch(options, environ, log)
-            hold = not options.dry_run and unblocks_stop_signals(plan.command)
+            # Only our trainers unblock the two stop signals once their handler is in; the mask
+            # survives exec, so a signal arriving while the trainer starts stays pending
+            # instead of being dropped (PID 1 without a handler loses it). Any other command
+            # would keep them blocked.
+            hold = not options.dry_run and is_bundled_trainer(plan.command)
             if hold:  # before the handlers go: from here to the trainer's, nothing is lost
                 signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
@@ -137,6 +147,10 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Launc
     if runtime is not None and runtime.lower() not in RUNTIMES:
         raise UsageError("{}={!r} is not a runtime".format(runtime_source, runtime),
                          "use one of: {}".format(", ".join(RUNTIMES)))
+    init, init_source = values["--init"]
+    if init is not None and init.strip().lower() not in INIT_MODES:
+        raise UsageError("{}={!r} is not an init mode".format(init_source, init),
+                         "use one of: {}".format(", ".join(INIT_MODES)))
     defaults = WaitPolicy()
     return LaunchOptions(
         trainer=values["--trainer"][0] or DEFAULT_TRAINER,
@@ -148,6 +162,7 @@ def parse_command_line(argv: Sequence[str], environ: Mapping[str, str]) -> Launc
             lost_grace_s=_seconds(*values["--tpu-lost-grace"], default=defaults.lost_grace_s)),
         host_root=values["--host-root"][0] or "/",
         dry_run=parsed["dry_run"],
+        init=init.strip().lower() if init else DEFAULT_INIT_MODE,
     )
 
 
@@ -218,16 +233,6 @@ def interrupt_on_signals() -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def unblocks_stop_signals(command: Sequence[str]) -> bool:
-    """Whether ``command`` is one of our trainers (``python -m trainer.*``), which unblocks
-    SIGTERM and SIGINT once its handler is in (``trainer.stop_signal``). Only for those does
-    the launcher exec with the two blocked: the signal mask survives ``exec``, so a signal
-    that arrives while the trainer starts stays pending instead of being dropped (as PID 1,
-    a process without a handler loses it). Any other command would keep them blocked."""
-    return (len(command) > 2 and command[1] == "-m" and command[2].startswith("trainer.")
-            and os.path.basename(command[0]).startswith("python"))
-
-
 def print_dry_run(plan: LaunchPlan, environ: Mapping[str, str]) -> None:
     """``unset`` and ``export`` lines to ``eval`` in a shell, and the trainer command as a
     comment."""
@@ -246,7 +251,9 @@ def exec_trainer(plan: LaunchPlan, environ: Mapping[str, str],
     assignments, unset = environment_changes(plan, environ)
     env: Dict[str, str] = {name: value for name, value in environ.items() if name not in unset}
     env.update(assignments)
-    command = list(plan.command)
+    if plan.handover.prefix:  # the init would report a missing command in its own words
+        check_executable(plan.command[0], env)
+    command = list(with_handover(plan.handover, plan.command))
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -6,6 +6,7 @@ it. Keeping it free of printing and exec makes each step testable with plain val
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 from launcher.address import Endpoint, parse_endpoint
 from launcher.devices import DeviceCount, count_devices, stale_topology
 from launcher.errors import ConfigError, TpuApiError, UsageError
+from launcher.init import DEFAULT_INIT_MODE, Handover, find_init, plan_handover
 from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms import detect_platform
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
@@ -37,6 +39,7 @@ class LaunchOptions:
     wait: WaitPolicy = WaitPolicy()
     host_root: str = "/"
     dry_run: bool = False
+    init: str = DEFAULT_INIT_MODE  # launcher.init.INIT_MODES
 
 
 @dataclass(frozen=True)
@@ -50,14 +53,17 @@ class LaunchPlan:
     command: Tuple[str, ...]
     devices: Optional[DeviceCount] = None
     stale: Tuple[str, ...] = ()  # inherited topology variables unset for the trainer
+    handover: Handover = Handover()  # exec, or an init in front of the command
 
 
 def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callable[[str], None],
-                resolve: Optional[Callable[..., str]] = None) -> LaunchPlan:
+                resolve: Optional[Callable[..., str]] = None,
+                is_pid1: Optional[bool] = None) -> LaunchPlan:
     """Detect, check, resolve (TPU node only) and compute the trainer's environment.
 
     ``resolve(node, policy, log)`` turns a node into ``host:port``; by default
-    ``resolve_tpu_node`` (TensorFlow's resolver, waiting).
+    ``resolve_tpu_node`` (TensorFlow's resolver, waiting). ``is_pid1`` defaults to whether
+    this process is PID 1 (``launcher.init`` decides what runs the command).
     """
     command = trainer_command(options)
     job_env = JobEnvironment.from_environ(environ)
@@ -73,9 +79,19 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
         except ConfigError as error:  # the API's answer, not the user's configuration
             raise TpuApiError("the Cloud TPU API answered with an unusable address: {}".format(
                 error.message), "check TPU_API_DISCOVERY_URL or report the API's response")
+    handover = plan_handover(options.init, os.getpid() == 1 if is_pid1 is None else is_pid1,
+                             is_bundled_trainer(command), find_init(environ))
     return LaunchPlan(platform, runtime, endpoint, runtime_env(platform, runtime, endpoint),
                       command, count_devices(platform, runtime, environ, command[1:]),
-                      stale_topology(environ))
+                      stale_topology(environ), handover)
+
+
+def is_bundled_trainer(command: Sequence[str]) -> bool:
+    """Whether ``command`` is one of our trainers (``python -m trainer.*``), which installs its
+    SIGTERM handler first thing and unblocks SIGTERM and SIGINT once it is in
+    (``trainer.stop_signal``)."""
+    return (len(command) > 2 and command[1] == "-m" and command[2].startswith("trainer.")
+            and os.path.basename(command[0]).startswith("python"))
 
 
 def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
@@ -141,5 +157,8 @@ def describe(plan: LaunchPlan) -> Sequence[str]:
         lines.append("unset (stale topology, the trainer runs one process per host): {}".format(
             ", ".join(plan.stale)))
     lines.extend("warning: {}".format(warning) for warning in plan.platform.warnings)
+    if plan.handover.warning:
+        lines.append("warning: {}".format(plan.handover.warning))
     lines.append("trainer: {}".format(format_command(plan.command)))
+    lines.append("hand-over: {}".format(plan.handover.note))
     return lines

@@ -30,7 +30,8 @@ def on_sigterm(signum, frame):
 def main():
     signal.signal(signal.SIGTERM, on_sigterm)
     print("fake trainer started", flush=True)
-    record({"event": "start", "argv": sys.argv[1:], "pid": os.getpid(), "time": time.time(),
+    record({"event": "start", "argv": sys.argv[1:], "pid": os.getpid(),
+            "ppid": os.getppid(), "time": time.time(),
             "env": {name: os.environ[name] for name in WATCHED if name in os.environ}})
     if os.environ.get("FAKE_TRAINER_WAIT"):
         deadline = time.time() + 60

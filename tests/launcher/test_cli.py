@@ -98,6 +98,16 @@ def test_an_empty_or_broken_trainer_command_is_a_usage_error(argv, environ, name
     assert named in error and hint.startswith("launcher: HINT: ")
 
 
+@pytest.mark.parametrize("argv, environ, named", [
+    (["--init=tini"], {}, "--init='tini' is not an init mode"),
+    ([], {"LAUNCHER_INIT": "always"}, "LAUNCHER_INIT='always' is not an init mode"),
+])
+def test_an_unknown_init_mode_is_a_usage_error(argv, environ, named, capsys):
+    assert run_main(argv, dict(environ, PJRT_DEVICE="CPU")) == EX_USAGE
+    error, hint = capsys.readouterr().err.splitlines()[-2:]
+    assert named in error and hint == "launcher: HINT: use one of: group, child, exec"
+
+
 def test_a_nul_character_in_an_option_is_a_usage_error(capsys):
     # Not a real argv (exec cannot pass one), but main() is also called in-process.
     assert run_main(["--host-root=\0"], {"PJRT_DEVICE": "CPU"}) == EX_USAGE

@@ -1,6 +1,9 @@
 """The launcher as PID 1 (``unshare --pid --fork``), as in a container: SIGTERM sent to PID 1
-reaches the trainer (the launcher exec'd it, so it *is* PID 1), and SIGTERM while waiting for
-the TPU ends the launcher within a second with 128 + SIGTERM."""
+reaches a command of the user's (run by dumb-init as PID 1, or exec'd with LAUNCHER_INIT=exec),
+a script without a handler ends at once, zombies are reaped, exit codes pass through, and
+SIGTERM while waiting for the TPU ends the launcher within a second with 128 + SIGTERM. The
+container tier runs the same user command in both images (tests/images/test_user_command.py).
+"""
 
 import os
 import shutil
@@ -11,17 +14,47 @@ import time
 import pytest
 
 import fake_cloud_tpu as fake
-from conftest import REPO, SEED_TPU_CONFIG, fake_trainer_env, launcher_command, read_records
+from conftest import (
+    REPO,
+    SEED_TPU_CONFIG,
+    TESTS,
+    clean_environ,
+    fake_trainer_env,
+    launcher_command,
+    read_records,
+)
 
 pytestmark = pytest.mark.skipif(
     shutil.which("unshare") is None or os.geteuid() != 0,
     reason="needs util-linux unshare and root to make a PID namespace")
 
 
+USER_COMMAND = ["--", "python", str(TESTS / "user_command.py")]
+
+
 def start_as_pid1(env, *args):
-    return subprocess.Popen(launcher_command(*args, prefix=["unshare", "--pid", "--fork"]),
-                            cwd=str(REPO), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """The launcher as PID 1 of a new PID namespace with its own /proc (so that what the
+    command reads there, PID 1 and zombies, is the namespace's)."""
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
+    return subprocess.Popen(launcher_command(*args, prefix=prefix), cwd=str(REPO), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def user_command(*args, **env):
+    """The launcher (PID 1) running tests/user_command.py ARGS; returns the process."""
+    return start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent", **env),
+                         *(USER_COMMAND + list(args)))
+
+
+def stop_when_ready(process, signum=signal.SIGTERM):
+    """Wait for the command's "ready", send ``signum`` to the namespace's PID 1 (as ``docker
+    stop`` does); returns (exit code, seconds from the signal to the exit)."""
+    init = namespace_init_pid(process.pid)
+    assert process.stdout.readline().strip() == "ready", process.stderr.read()
+    sent = time.monotonic()
+    os.kill(init, signum)
+    code = process.wait(10)
+    return code, time.monotonic() - sent
 
 
 def namespace_init_pid(unshare_pid, timeout=10.0):
@@ -48,13 +81,17 @@ def wait_for(predicate, timeout, step=0.02):
     return False
 
 
-def test_sigterm_to_pid1_reaches_the_trainer(trainer_out):
+@pytest.mark.parametrize("init, under_init", [("group", True), ("child", True), ("exec", False)])
+def test_sigterm_to_pid1_reaches_the_trainer(trainer_out, init, under_init):
     process = start_as_pid1(fake_trainer_env(trainer_out, FAKE_TRAINER_WAIT="1",
-                                             LAUNCHER_HOST_ROOT="/nonexistent"))
+                                             LAUNCHER_HOST_ROOT="/nonexistent",
+                                             LAUNCHER_INIT=init))
     try:
         init = namespace_init_pid(process.pid)
         assert wait_for(lambda: read_records(trainer_out), 60), process.stderr.read()
-        assert read_records(trainer_out)[0]["pid"] == 1  # exec'd: the trainer is PID 1
+        # dumb-init (PID 1) started it as its child; exec'd, it is PID 1 itself.
+        start = read_records(trainer_out)[0]
+        assert (start["pid"], start["ppid"]) == ((2, 1) if under_init else (1, 0))
         sent = time.time()
         os.kill(init, signal.SIGTERM)
         assert wait_for(lambda: len(read_records(trainer_out)) == 2, 1.0)
@@ -88,3 +125,68 @@ def test_sigterm_while_waiting_for_the_tpu_exits_within_a_second(cloud, trainer_
         assert read_records(trainer_out) == []
     finally:
         process.kill()
+
+
+def test_a_script_without_a_handler_ends_at_once_with_143():
+    process = user_command("sleep")
+    try:
+        code, seconds = stop_when_ready(process)
+        assert (code, seconds < 2.0) == (128 + signal.SIGTERM, True)
+        assert "hand-over: dumb-init (PID 1) runs the command and forwards signals to its " \
+               "process group" in process.stderr.read()
+    finally:
+        process.kill()
+
+
+def test_exec_mode_makes_the_script_pid1_which_ignores_sigterm():
+    """What the init is for: exec'd as PID 1, the same script drops SIGTERM (the kernel
+    ignores signals PID 1 has no handler for) and only SIGKILL ends it."""
+    process = user_command("sleep", LAUNCHER_INIT="exec")
+    try:
+        init = namespace_init_pid(process.pid)
+        assert process.stdout.readline().strip() == "ready"
+        os.kill(init, signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(1.5)
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+@pytest.mark.parametrize("init", ["group", "child"])
+def test_a_handler_runs_and_its_exit_code_is_the_containers(tmp_path, init):
+    marker = tmp_path / "checkpoint"
+    process = user_command("handler", str(marker), "7", LAUNCHER_INIT=init)
+    try:
+        code, seconds = stop_when_ready(process)
+        assert (code, seconds < 2.0, marker.read_text()) == (7, True, "checkpoint\n")
+    finally:
+        process.kill()
+
+
+@pytest.mark.parametrize("init, zombies", [("group", 0), ("exec", 2)])
+def test_orphaned_grandchildren_are_reaped(init, zombies):
+    """Under the init nothing is left <defunct>; exec'd, the script (PID 1) inherits the
+    orphans and never waits for them: two zombies, which shows the check can fail."""
+    process = user_command("orphans", LAUNCHER_INIT=init)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert out.split() == ["zombies:", str(zombies)]
+
+
+@pytest.mark.parametrize("args, code", [(["exit", "0"], 0), (["exit", "3"], 3),
+                                        (["kill"], 128 + signal.SIGKILL)])
+def test_exit_codes_pass_through(args, code):
+    process = user_command(*args)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == code, err
+
+
+def test_a_missing_command_is_the_launchers_127_not_the_inits():
+    process = start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"), "--",
+                            "no-such-trainer-command")
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 127
+    assert err.splitlines()[-2:] == [
+        "launcher: TrainerExecError: trainer command not found: no-such-trainer-command",
+        "launcher: HINT: check LAUNCHER_TRAINER / --trainer and the image's PATH"]

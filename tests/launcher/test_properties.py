@@ -88,6 +88,8 @@ ENVIRONMENT = {
     "LAUNCHER_TPU_WAIT_TIMEOUT": seconds,
     "LAUNCHER_TPU_LOST_GRACE": seconds,
     "LAUNCHER_HOST_ROOT": often(["CHIPS", "NO_CHIPS", "/nonexistent", "", "relative/dir"]),
+    "LAUNCHER_INIT": st.one_of(often(["group", "child", "exec", " Exec "]), often(["tini", ""]),
+                               anything),
 }
 # Each input is a scenario the platforms really produce, with up to three variables
 # perturbed or added: purely random environments almost never get past the first check.
@@ -103,10 +105,11 @@ PERTURBATIONS = st.lists(st.sampled_from(sorted(ENVIRONMENT)), max_size=3, uniqu
 OPTIONS = st.lists(st.one_of(
     st.sampled_from(["--dry-run", "--xla-runtime=xrt", "--xla-runtime=pjrt", "--xla-runtime",
                      "--trainer=", "--host-root=CHIPS", "--host-root=NO_CHIPS",
-                     "--tpu-wait-timeout=1"]),
+                     "--tpu-wait-timeout=1", "--init=child", "--init=exec", "--init"]),
     st.builds("{}={}".format, st.sampled_from(["--trainer", "--xla-runtime",
                                                "--tpu-wait-timeout", "--tpu-lost-grace",
-                                               "--host-root"]), anything)), max_size=3)
+                                               "--host-root", "--init"]), anything)),
+    max_size=3)
 TRAINER_ARGS = st.lists(st.one_of(st.sampled_from(["--job-dir=gs://b/j", "--lr=0.1", "--",
                                                    "x y", "--password=hunter2"]), anything),
                         max_size=3)

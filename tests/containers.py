@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from typing import Dict, List, Mapping, Tuple
 
 import pytest
@@ -125,3 +126,14 @@ def container_environ(cloud) -> Dict[str, str]:
 
 def stderr_lines(result: subprocess.CompletedProcess) -> List[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def wait_for_log(name: str, needle: str, timeout: float = 300) -> None:
+    """Wait until container ``name`` has logged ``needle`` (stdout or stderr)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = docker("logs", name)
+        if needle in logs.stdout + logs.stderr:
+            return
+        time.sleep(0.2)
+    raise AssertionError("container {} never logged {!r}".format(name, needle))

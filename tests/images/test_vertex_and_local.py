@@ -5,10 +5,9 @@ real XLA CPU device (torch_xla 2.9) inside the container."""
 
 import json
 import re
-import time
 import uuid
 
-from containers import docker, run_container
+from containers import docker, run_container, wait_for_log
 
 # Vertex AI's variable for a CPU worker pool (PLATFORM.md section 4): no TPU expected.
 CLUSTER_SPEC = json.dumps({
@@ -70,7 +69,7 @@ def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes(images, tmp_
     docker("run", "-d", "--name", name, "--network", "none", "-v",
            "{}:/job".format(tmp_path), images["pjrt"], *args)
     try:
-        _wait_for_log(name, "step 10/")
+        wait_for_log(name, "step 10/")
         docker("stop", "--time", "60", name, timeout=120)
         code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
         logs = docker("logs", name)
@@ -97,12 +96,3 @@ def test_local_path_needs_no_network(images, tmp_path):
     assert "launcher: platform: no training platform found (XLA CPU device)" in result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == 6
 
-
-def _wait_for_log(name, needle, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        logs = docker("logs", name)
-        if needle in logs.stdout + logs.stderr:
-            return
-        time.sleep(1)
-    raise AssertionError("container {} never logged {!r}".format(name, needle))

@@ -194,7 +194,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m launcher", description=__doc__.split("\n\n")[0],
                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                     epilog="Exit codes: see the README.")
+                     epilog="Exit codes: see docs/launcher.md.")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the export lines and the trainer command instead of "
                              "running it (eval \"$(python -m launcher --dry-run)\")")

@@ -5,7 +5,7 @@ variable or field at fault, and a hint with the fix. Only ``launcher.cli.main`` 
 into output and an exit status; no other module prints errors or calls ``sys.exit``.
 
 Exit codes follow sysexits(3) so that they do not collide with the trainer's own codes or with
-128+signal (documented in the README):
+128+signal (documented in docs/launcher.md):
 
 ====  ===================  ==========================================================
 code  name                 meaning

@@ -98,8 +98,9 @@ def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
                         ) -> Tuple[Tuple[Tuple[str, str], ...], Tuple[str, ...]]:
     """How the trainer's environment differs from ``environ``: (assignments, names to unset).
 
-    A runtime variable set blank counts as unset (README), so it is unset for the trainer too:
-    a torch_xla that tests for its presence would take ``PJRT_DEVICE=`` as a choice of PJRT.
+    A runtime variable set blank counts as unset (docs/launcher.md), so it is unset for the
+    trainer too: a torch_xla that tests for its presence would take ``PJRT_DEVICE=`` as a
+    choice of PJRT.
     Stale topology variables are unset (``launcher.devices``). Kept settings reach the trainer
     as the launcher read and reported them (``PJRT_DEVICE`` trimmed and upper-cased); the
     exports come on top."""

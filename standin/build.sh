@@ -2,7 +2,7 @@
 # Build a stand-in for one of the real base images, from nothing but this machine:
 #   standin/build.sh xrt|pjrt        (make standin-base RUNTIME=xrt|pjrt)
 # gives the image tpu-standin:xrt or tpu-standin:pjrt. The real bases (gcr.io/tpu-pytorch/...)
-# cannot be pulled here; what each stand-in reproduces, and what it cannot, is in the README.
+# cannot be pulled here; what each stand-in reproduces, and what it cannot, is in docs/submitting.md#rehearse.
 #
 # 1. A Debian bookworm rootfs from debootstrap, imported once as tpu-standin-rootfs:bookworm
 #    (with the shared libraries a pyenv CPython needs).

@@ -1,4 +1,4 @@
-"""The trainers' one exception type and their exit codes (documented in the README).
+"""The trainers' one exception type and their exit codes (documented in docs/trainers.md).
 
 Only a trainer's ``main`` turns a ``TrainerError`` into a one-line message, a ``HINT:`` line and
 its exit code.

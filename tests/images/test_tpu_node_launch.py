@@ -15,7 +15,7 @@ from containers import (
     stderr_lines,
 )
 
-# The xrt stand-in has no torch_xla 1.11 to detect XRT from (README: stand-ins); the real
+# The xrt stand-in has no torch_xla 1.11 to detect XRT from (docs/submitting.md: rehearse); the real
 # image needs no such setting.
 STANDIN_XRT = {"LAUNCHER_XLA_RUNTIME": "xrt"}
 

@@ -22,7 +22,8 @@ from containers import (
 )
 
 SCRIPT = ["--", "python", TESTS_IN_CONTAINER + "/user_command.py"]
-# The stand-in of the xrt base has no torch_xla 1.11 to detect XRT from (README: stand-ins).
+# The stand-in of the xrt base has no torch_xla 1.11 to detect XRT from
+# (docs/submitting.md: rehearse).
 RUNTIME_ENV = {"xrt": {"LAUNCHER_XLA_RUNTIME": "xrt"}, "pjrt": {}}
 INIT_RSS_GOAL_KB = 30 * 1024  # issue 27: under 30 MB resident while the command runs
 

@@ -19,13 +19,27 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY requirements/image-${RUNTIME}.txt /tmp/requirements.txt
+COPY requirements/image-${RUNTIME}.txt requirements/image-${RUNTIME}.lock imagebuild/sbom.py \
+     /tmp/build/
+# The lock (make lock-images) names every package this adds to the base, each with the sha256
+# of its file: pip's hash-checking mode stops the build on a package that is not in it or a
+# file that changed. Then pip checks, offline, that the pins' whole dependency tree is
+# installed: what the lock assumes of the base (its header lists it) is checked here, not at
+# run time. The SBOM describes what was installed (make sbom prints it).
 # A CA bundle pip must trust (a TLS-inspecting proxy, a test machine) may be passed as the
 # build secret pip_cert (docker build --secret id=pip_cert,src=FILE); secrets are mounted for
 # this step only and never stored in a layer. Without it, pip uses its own bundle.
 RUN --mount=type=secret,id=pip_cert \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    python -m pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
+    set -e; \
+    python -m pip install --no-cache-dir --no-deps --require-hashes \
+        -r /tmp/build/image-${RUNTIME}.lock; \
+    python -m pip install --no-cache-dir --no-index -r /tmp/build/image-${RUNTIME}.txt \
+        || { echo "the base lacks a package requirements/image-${RUNTIME}.lock assumes" \
+                  "(its header lists them): run make lock-images on a matching stand-in" >&2; \
+             exit 1; }; \
+    python /tmp/build/sbom.py /tmp/build/image-${RUNTIME}.lock "${RUNTIME}" > /app/sbom.cdx.json; \
+    rm -rf /tmp/build
 
 COPY launcher/ /app/launcher/
 COPY trainer/ /app/trainer/

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
-        submit-vertex local-run standin-base bench-images repository
+        submit-vertex local-run standin-base bench-images repository lock-dev lock-images sbom
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
@@ -186,11 +186,11 @@ local-run: $(STAMP)
 		$(DOCKER_RUN_ARGS) -e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
 		$(IMAGE_URI) -m launcher --dry-run
 
-## lint: ruff, vermin (Python 3.7 in the image code), hadolint, check-jsonschema, yamllint.
+## lint: ruff, vermin (Python 3.7 in the image code and the SBOM writer), hadolint, check-jsonschema, yamllint.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check launcher trainer jobspec tests bench
+	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
-		--backport dataclasses --backport typing launcher trainer
+		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py
 	$(VENV)/bin/hadolint Dockerfile standin/xrt.Dockerfile standin/pjrt.Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.cloudbuild cloudbuild.yaml
 	$(PY) -m jobspec cloudbuild cloudbuild.yaml
@@ -214,12 +214,33 @@ BENCH_ARGS ?=
 bench-images: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) bench/images.py $(BENCH_ARGS)
 
-## lock: re-resolve requirements/dev.in into requirements/dev.lock.
-lock:
+## lock: re-resolve requirements/dev.in into requirements/dev.lock, and both image locks.
+lock: lock-dev lock-images
+
+lock-dev:
 	rm -rf /tmp/lock-venv && $(PYTHON_BOOTSTRAP) -m venv /tmp/lock-venv
 	/tmp/lock-venv/bin/pip install --quiet --no-cache-dir -r requirements/dev.in
 	( echo "# Fully pinned resolution of requirements/dev.in for Python 3.11 (\`make lock\` regenerates it)."; \
 	  /tmp/lock-venv/bin/pip freeze ) > requirements/dev.lock
+
+## lock-images: requirements/image-xrt.lock and image-pjrt.lock, every package each Dockerfile
+## build installs with its sha256, resolved by pip inside the stand-ins (imagebuild/lock.py;
+## builds them when missing). PIP_CERT: a CA bundle pip must trust, mounted read-only.
+lock-images: $(STAMP)
+	engine="$$(tests/images/engine.sh)" && \
+	for runtime in xrt pjrt; do \
+	  env $$engine $(DOCKER) image inspect tpu-standin:$$runtime >/dev/null 2>&1 || \
+	    env $$engine $(MAKE) --no-print-directory standin-base RUNTIME=$$runtime || exit 1; \
+	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt
+
+## sbom: print the CycloneDX SBOM the build wrote into IMAGE_URI (/app/sbom.cdx.json) and keep
+## a copy in build/sbom-RUNTIME.cdx.json.
+sbom:
+	$(call check_runtime)
+	$(call require,PROJECT)
+	mkdir -p build
+	$(DOCKER) run --rm --network none --entrypoint cat $(IMAGE_URI) /app/sbom.cdx.json \
+		| tee build/sbom-$(RUNTIME).cdx.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

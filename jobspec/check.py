@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec.api import ML, VERTEX
 from jobspec.findings import ERROR, Finding, join
-from jobspec.images import PJRT, XRT, XRT_BASE_RUNTIMES, runtime_of_base
+from jobspec.images import PJRT, XRT, runtime_of_base, xrt_runtime_of
 from jobspec.rules import legacy_rules, region_advice, vertex_rules
 from jobspec.shape import check_shape
 
@@ -54,7 +54,7 @@ def check_pairing(job: Any, base_image: str) -> List[Finding]:
                             "image is built on {}".format(base_image),
                             "make build RUNTIME=xrt (or submit to Vertex AI)")]
         version = (spec.get("workerConfig") or {}).get("tpuTfVersion")
-        wanted = XRT_BASE_RUNTIMES[base_image]
+        wanted = xrt_runtime_of(base_image)
         if version is not None and str(version) != wanted:
             return [Finding(ERROR, path, "is {!r}, but the image's torch_xla ({}) only talks to "
                             "a {} TPU runtime".format(version, base_image, wanted),

@@ -39,9 +39,10 @@ def read_image(runtime: str = "xrt") -> ImageSpec:
             base = expanded
         elif kind == "WORKDIR":
             workdir = expanded
-        elif kind == "COPY":
-            source, destination = expanded.split()
-            copies.append((source, destination))
+        elif kind == "COPY":  # several sources go into the destination folder
+            *sources, destination = expanded.split()
+            copies.extend((source, destination + source.rsplit("/", 1)[-1]
+                           if len(sources) > 1 else destination) for source in sources)
         elif kind == "ENTRYPOINT":
             entrypoint = json.loads(value)  # exec form is a JSON array; anything else fails
     return ImageSpec(base, entrypoint, workdir, dict(parser.envs), copies)

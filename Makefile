@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
-        submit-vertex local-run standin-base bench-images repository lock-dev lock-images sbom
+        submit-vertex local-run standin-base bench-images repository lock-dev lock-images sbom \
+        pin-bases
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
@@ -82,7 +83,7 @@ run: $(STAMP)
 NUMERIC_ISA_CAP ?= SSE4_2
 test: export HYPOTHESIS_PROFILE = ci
 test: lint
-	$(PY) -m pytest tests/launcher tests/delivery -m "not tensorflow"
+	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer -m "not spmd"
 	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd
@@ -99,7 +100,8 @@ fuzz: export HYPOTHESIS_PROFILE = fuzz
 fuzz: export FUZZ_SCALE := $(FUZZ_SCALE)
 fuzz: $(STAMP)
 	status=0; \
-	$(PY) -m pytest tests/launcher tests/delivery -m "property and not tensorflow" || status=1; \
+	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "property and not tensorflow" \
+		|| status=1; \
 	$(PY) -m pytest tests/launcher -m "property and tensorflow" || status=1; \
 	$(PY) -m pytest tests/trainer -m property || status=1; \
 	if [ $$status != 0 ]; then echo "make fuzz: falsifying examples above; keep each as an @example"; fi; \
@@ -232,6 +234,12 @@ lock-images: $(STAMP)
 	  env $$engine $(DOCKER) image inspect tpu-standin:$$runtime >/dev/null 2>&1 || \
 	    env $$engine $(MAKE) --no-print-directory standin-base RUNTIME=$$runtime || exit 1; \
 	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt
+
+## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
+## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and
+## jobspec/images.py then name NAME:TAG@sha256:..., and a base that changed fails the build.
+pin-bases: $(STAMP)
+	DOCKER=$(DOCKER) $(PY) -m imagebuild.pin_bases
 
 ## sbom: print the CycloneDX SBOM the build wrote into IMAGE_URI (/app/sbom.cdx.json) and keep
 ## a copy in build/sbom-RUNTIME.cdx.json.

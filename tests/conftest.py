@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -243,6 +246,33 @@ def images(engine) -> Dict[str, str]:
 
     return containers.build_images(clean_environ())
 
+
+
+@pytest.fixture(scope="session")
+def registry(engine, tmp_path_factory):
+    """Debian's docker-registry (the real distribution registry) on a free loopback port, one
+    per session (images pushed by one test share their layers with the next)."""
+    tmp_path = tmp_path_factory.mktemp("registry")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\n"
+                      "http:\n  addr: 127.0.0.1:{}\nlog:\n  level: error\n".format(
+                          tmp_path / "storage", port))
+    process = subprocess.Popen(["docker-registry", "serve", str(config)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    address = "127.0.0.1:{}".format(port)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen("http://{}/v2/".format(address), timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    yield address
+    process.terminate()
+    process.wait(10)
 
 
 def make_image_folder(root: Path, classes: int = 3, per_class: int = 4) -> Path:

@@ -1,13 +1,10 @@
 """What the builds produce: stand-ins that hold what they claim (and no fake torch_xla), images
-that carry nothing but the launcher, the trainers and their pins (no pip cache, tests, .git,
-credentials or the build's CA bundle), and ``make push`` to a real registry on loopback whose
-pulled-back image is the one that was built."""
+that carry nothing but the launcher, the trainers, their locked packages and the SBOM (no pip
+cache, tests, .git, credentials or the build's CA bundle), and ``make push`` to a real registry
+on loopback whose pulled-back image is the one that was built."""
 
 import os
 import re
-import socket
-import subprocess
-import time
 import urllib.request
 
 import pytest
@@ -58,9 +55,9 @@ def test_image_adds_only_the_app_and_its_pins(images, runtime):
 
     added = files(images[runtime]) - files(STANDIN.format(runtime))
     app = {path for path in added if path.startswith("/app/")}
-    assert {path.split("/")[2] for path in app} == {"launcher", "trainer"}
+    assert {path.split("/")[2] for path in app} == {"launcher", "trainer", "sbom.cdx.json"}
     assert "/app/launcher/__main__.py" in app and not any("/tests/" in p for p in app)
-    forbidden = re.compile(r"/\.cache/pip/|/\.git/|/run/secrets|pip_cert|/tmp/requirements|"
+    forbidden = re.compile(r"/\.cache/pip/|/\.git/|/run/secrets|pip_cert|/tmp/build|"
                            r"application_default_credentials|\.netrc$|\.pypirc$|pip\.conf$|"
                            r"__pycache__/.*\.pyc$")
     site = re.compile(r"/(site|dist)-packages/")
@@ -79,31 +76,6 @@ def test_the_build_ca_bundle_is_nowhere_in_the_image_history(images, runtime):
     history = docker("history", "--no-trunc", images[runtime]).stdout
     assert "pip_cert" in history  # the secret's mount point is named ...
     assert body[-2] not in history  # ... its content is not
-
-
-@pytest.fixture
-def registry(tmp_path):
-    """Debian's docker-registry (the real distribution registry) on a free loopback port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = tmp_path / "registry.yml"
-    config.write_text("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\n"
-                      "http:\n  addr: 127.0.0.1:{}\nlog:\n  level: error\n".format(
-                          tmp_path / "storage", port))
-    process = subprocess.Popen(["docker-registry", "serve", str(config)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    address = "127.0.0.1:{}".format(port)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen("http://{}/v2/".format(address), timeout=1)
-            break
-        except OSError:
-            time.sleep(0.2)
-    yield address
-    process.terminate()
-    process.wait(10)
 
 
 def test_make_push_to_a_real_registry_and_pull_back(images, registry):

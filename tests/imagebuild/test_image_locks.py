@@ -1,0 +1,73 @@
+"""The image locks as shipped (requirements/image-*.lock) and imagebuild/lock.py's rules:
+every entry pinned with a sha256, every top-level pin locked at its version, what the base must
+provide listed; the Dockerfile installs them in pip's hash-checking mode."""
+
+import re
+
+import pytest
+
+from conftest import REPO
+from imagebuild.lock import assumed, locked_pins, render
+from imagebuild.sbom import normalize, read_lock
+
+RUNTIMES = ("xrt", "pjrt")
+
+
+def top_level(runtime):
+    text = (REPO / "requirements" / "image-{}.txt".format(runtime)).read_text()
+    return {normalize(name): version for name, version in
+            re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", text, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_every_entry_has_a_version_and_a_sha256(runtime):
+    path = REPO / "requirements" / "image-{}.lock".format(runtime)
+    entries = read_lock(path)
+    assert entries and all(re.fullmatch(r"[0-9a-f]{64}", digest) and version
+                           for version, digest in entries.values())
+    assert len(entries) == path.read_text().count("--hash=sha256:")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_every_top_level_pin_is_locked_at_its_version(runtime):
+    locked = read_lock(REPO / "requirements" / "image-{}.lock".format(runtime))
+    assert {name: locked[name][0] for name in top_level(runtime)} == top_level(runtime)
+
+
+def test_the_dockerfile_installs_the_lock_in_hash_checking_mode():
+    dockerfile = REPO / "Dockerfile"
+    text = dockerfile.read_text()
+    assert "--no-deps --require-hashes" in text and "image-${RUNTIME}.lock" in text
+    assert "--no-index -r /tmp/build/image-${RUNTIME}.txt" in text  # the base is checked
+    assert "!requirements/image-*.lock" in (REPO / ".dockerignore").read_text()
+
+
+def item(name, version, requested=False):
+    return {"metadata": {"name": name, "version": version}, "requested": requested,
+            "download_info": {"url": "https://x/{}.whl".format(name),
+                              "archive_info": {"hashes": {"sha256": name[0] * 64}}}}
+
+
+REPORTS = {
+    "base": [{"name": "absl_py", "version": "2.5.1"}, {"name": "numpy", "version": "2.2.6"}],
+    "install": {"install": [item("google-cloud-storage", "3.17.1", True),
+                            item("protobuf", "7.36.2")]},
+    "all": {"install": [item("absl-py", "2.5.1", True),
+                        item("google-cloud-storage", "3.17.1", True),
+                        item("protobuf", "7.36.2"), item("numpy", "2.2.6")]},
+}
+
+
+def test_top_level_pins_are_locked_even_where_the_stand_in_has_them():
+    assert [pin[:2] for pin in locked_pins(REPORTS)] == [
+        ("absl-py", "2.5.1"), ("google-cloud-storage", "3.17.1"), ("protobuf", "7.36.2")]
+    assert assumed(REPORTS) == [("numpy", "2.2.6")]
+
+
+def test_render_and_read_back(tmp_path):
+    path = tmp_path / "image-pjrt.lock"
+    path.write_text(render("pjrt", locked_pins(REPORTS), assumed(REPORTS)))
+    assert read_lock(path) == {"absl-py": ("2.5.1", "a" * 64),
+                               "google-cloud-storage": ("3.17.1", "g" * 64),
+                               "protobuf": ("7.36.2", "p" * 64)}
+    assert "#   numpy==2.2.6" in path.read_text()

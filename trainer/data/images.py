@@ -116,8 +116,9 @@ def _decoding(name: str) -> Iterator[None]:
                   if isinstance(error, Image.UnidentifiedImageError)
                   else str(error) or type(error).__name__)
         raise DataError("cannot decode {}: {}".format(name, reason),
-                        "replace or remove that image (python -m trainer.data.make_shards "
-                        "decodes every image it stores and skips those that do not decode)")
+                        "replace or remove the file; or, in a shard, write the shards again "
+                        "with python -m trainer.data.make_shards, which decodes every image it "
+                        "stores and skips those that do not decode")
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:

@@ -44,13 +44,12 @@ def stored(data: bytes) -> Optional[Stored]:
         image = images.open_image(data)
         source_format = image.format or "unknown"
         kept = _kept_bytes(data, image)
-        if kept is not None:
-            _check_decodes(kept[1])
+        if kept is not None and _decodes(kept[1]):
             return Stored(kept[0], kept[1], source_format)
-        image.load()
+        image.load()  # what the kept bytes lack (an MPO's first image cut wrong) is converted
         converted = _converted(image, source_format)
-        _check_decodes(converted[1])
-        return Stored(converted[0], converted[1], source_format)
+        return Stored(converted[0], converted[1], source_format) if _decodes(
+            converted[1]) else None
     except Exception:  # Pillow raises many types for broken files; each means "skip it"
         return None
 
@@ -101,10 +100,14 @@ def _eight_bit(image):
     return Image.fromarray(scaled)  # 2-D uint8: mode L
 
 
-def _check_decodes(data: bytes) -> None:
-    image = images.open_image(data)
-    image.draft("RGB", (64, 64))
-    image.load()
+def _decodes(data: bytes) -> bool:
+    try:
+        image = images.open_image(data)
+        image.draft("RGB", (64, 64))
+        image.load()
+    except Exception:  # as in ``stored``
+        return False
+    return True
 
 
 def jpeg_frame(data: bytes) -> Optional[tuple]:

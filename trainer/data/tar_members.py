@@ -84,7 +84,7 @@ def key_and_extension(name: str) -> Optional[Tuple[str, str]]:
     folder, _, base = name.rpartition("/")
     stem, dot, extension = base.partition(".")
     top = name.split("/", 1)[0]
-    if not (dot and stem) or (len(top) > 4 and top.startswith("__") and top.endswith("__")):
+    if not (dot and stem) or (len(top) >= 4 and top.startswith("__") and top.endswith("__")):
         return None
     return (folder + "/" + stem if folder else stem), extension.lower()
 

@@ -47,7 +47,8 @@ def test_examples_come_back_in_order_through_a_stream_that_cannot_seek(examples)
 def test_the_key_is_the_path_up_to_the_first_dot_of_the_base_name_as_webdataset_reads_it():
     data = tar_bytes([("dir/a.seg.png", b"1"), ("dir/a.CLS", b"2"), ("b.jpg", b"3"),
                       ("other.d/a.jpg", b"4"), ("other.d/a.cls", b"5"), ("README", b"6"),
-                      ("__meta__/x.json", b"7"), ("dir/.hidden", b"8"), ("c.jpg", b"9")])
+                      ("__meta__/x.json", b"7"), ("dir/.hidden", b"8"), ("____/x.jpg", b"0"),
+                      ("c.jpg", b"9")])
     # Adjacent examples with one base name in two folders are two examples; a member with
     # no extension, under webdataset's __meta__ folders, or a dot file is no example's.
     assert list(read_samples(io.BytesIO(data))) == [

@@ -73,13 +73,11 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
         return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,
                           FAKE_TRAIN_EXAMPLES // batch, FAKE_EVAL_EXAMPLES // eval_batch,
                           seed=config.seed, host=host, dtype=torch.uint8)
-    from trainer.data.folder_source import FolderSource
-    from trainer.data.shard_source import ShardSource, has_shards
+    from trainer.data.sources import open_source
     from trainer.data.workers import resolve_workers
 
-    source = ShardSource if has_shards(config.data_dir) else FolderSource
-    return source(config.data_dir, config.image_size, batch, resolve_workers(config.num_workers),
-                  config.seed, eval_batch, host)
+    return open_source(config.data_dir, config.image_size, batch,
+                       resolve_workers(config.num_workers), config.seed, eval_batch, host)
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,

@@ -6,7 +6,7 @@ many devices, which process of how many, the SPMD mesh and batch sharding) are r
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch_xla
@@ -64,16 +64,36 @@ def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
     after every batch. Compiled path: nothing is cut, since the compiled steps leave no pending
     graph and a sync would only add host work per step; callers ``sync()`` where step closures
     must run. With ``sharding`` (SPMD), each batch is copied once, split over the devices
-    along its first dimension."""
+    along its first dimension. An exception of ``batches`` is raised here, after the batches
+    before it."""
     options: Dict[str, Any] = {}
     if path == COMPILED:
         options["batches_per_execution"] = _NEVER
     if sharding is not None:
         options["input_sharding"] = sharding
-    return MpDeviceLoader(batches, dev, **options)
+    failed: List[Exception] = []
+    return _raising_after(MpDeviceLoader(_ending_at_error(batches, failed), dev, **options),
+                          failed)
 
 
 _NEVER = 2 ** 62  # batches between the loader's syncs
+
+
+def _ending_at_error(batches: Iterable, failed: List[Exception]) -> Iterator:
+    """``batches``, ending at an exception instead of raising it, which goes to ``failed``:
+    torch_xla's loader iterates them in a thread of its own, where an exception is printed
+    and taken for the end of the data (a data error ended the epoch early and the run went on:
+    exit 0)."""
+    try:
+        yield from batches
+    except Exception as error:
+        failed.append(error)
+
+
+def _raising_after(loaded: Iterable, failed: List[Exception]) -> Iterator:
+    yield from loaded
+    if failed:
+        raise failed[0]
 
 
 def add_step_closure(closure: Callable[..., None], args: Sequence[Any]) -> None:

@@ -3,8 +3,11 @@ errors with their exit codes; SIGTERM checkpoints and exits 143; kill -9 at any 
 (including during a checkpoint write) loses nothing, and the run resumes with a continuous
 step count; a truncated newest checkpoint is skipped."""
 
+import io
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from mnist_files import write_mnist
 
 from conftest import REPO, clean_environ
 from trainer.checkpoints import checkpoint_name
+from trainer.data import tar_members
 
 
 def trainer(module, *args, environ=None):
@@ -159,3 +163,78 @@ def test_truncated_newest_checkpoint_is_skipped(tmp_path):
     assert "skipping unreadable checkpoint" in out + err
     assert "resumed from {}".format(job / "checkpoints" / checkpoint_name(5)) in out
     assert metric_steps(job) == [5, 10, 15]
+
+# --- ImageNet's data errors, raised in its data workers or not -------------------------------
+
+IMAGENET = ["--model=resnet18", "--image_size=32", "--batch_size=8", "--num_epochs=1",
+            "--warmup_epochs=0", "--log_steps=0"]
+
+
+def damaged_copy(shards, folder, damage):
+    """A copy of the shard set ``shards`` in ``folder`` with ``damage(path)`` done to each
+    train shard."""
+    shutil.copytree(str(shards), str(folder))
+    for shard in sorted(folder.glob("train-*.tar")):
+        damage(shard)
+    return folder
+
+
+def truncate_example_5(shard):
+    """The image of example 5 of ``shard`` cut to a third (its header whole: it opens)."""
+    members = []
+    for name, data in tar_members.members(io.BytesIO(shard.read_bytes())):
+        if name.startswith(shard.stem + "_000005.") and not name.endswith((".cls", ".json")):
+            data = data[:len(data) // 3]
+        members.append((name, data))
+    shard.write_bytes(tar_members.tar_bytes(members))
+
+
+def directory_instead(shard):
+    shard.unlink()
+    shard.mkdir()
+
+
+def one_line_error(err, code, returncode):
+    """The error line and the hint, the last two lines of stderr, and nothing like a
+    traceback (as torch re-raised a worker's error: "Caught DataError in DataLoader worker
+    process 0. Original Traceback ...")."""
+    lines = err.strip().splitlines()
+    assert returncode == code, err
+    assert lines[-1].startswith("HINT: ") and "Traceback" not in err
+    assert "in DataLoader worker process" not in err
+    return lines[-2]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_an_image_that_does_not_decode_stops_the_run_naming_shard_and_key(photo_shards,
+                                                                          tmp_path, workers):
+    data = damaged_copy(photo_shards, tmp_path / "shards", truncate_example_5)
+    returncode, _, err = finish(trainer("trainer.imagenet", "--data_dir=" + str(data),
+                                        "--num_workers={}".format(workers),
+                                        "--job_dir=" + str(tmp_path / "job"), *IMAGENET))
+    line = one_line_error(err, 65, returncode)
+    assert re.fullmatch(r"DataError: cannot decode {}/train-(\d{{6}})\.tar#train-\1_000005: "
+                        r"image file is truncated.*".format(re.escape(str(data))), line), line
+    assert "python -m trainer.data.make_shards" in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_a_shard_that_cannot_be_read_is_a_storage_error_naming_it(photo_shards, tmp_path,
+                                                                  workers):
+    data = damaged_copy(photo_shards, tmp_path / "shards", directory_instead)
+    returncode, _, err = finish(trainer("trainer.imagenet", "--data_dir=" + str(data),
+                                        "--num_workers={}".format(workers),
+                                        "--job_dir=" + str(tmp_path / "job"), *IMAGENET))
+    line = one_line_error(err, 74, returncode)
+    assert re.fullmatch(r"StorageError: cannot read {}/train-\d{{6}}\.tar: Is a directory"
+                        .format(re.escape(str(data))), line), line
+
+
+def test_shards_without_their_index_are_an_interrupted_make_shards(photo_shards, tmp_path):
+    data = damaged_copy(photo_shards, tmp_path / "shards", lambda shard: None)
+    (data / "index.json").unlink()
+    returncode, _, err = finish(trainer("trainer.imagenet", "--data_dir=" + str(data),
+                                        "--job_dir=" + str(tmp_path / "job"), *IMAGENET))
+    line = one_line_error(err, 65, returncode)
+    assert line.endswith("but no index.json: an interrupted make_shards (or copy)?")
+    assert "make_shards with the same options" in err.splitlines()[-1]

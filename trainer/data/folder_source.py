@@ -13,13 +13,12 @@ from __future__ import annotations
 from typing import Iterator, List
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset, Sampler
 
 from trainer import storage
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, pad_batch, steps_in
-from trainer.data import images
+from trainer.data import images, loader
 from trainer.data.folder_tree import Labelled, read_tree
-from trainer.errors import DataError
 
 
 class _EpochSampler(Sampler):
@@ -55,17 +54,11 @@ class _Images(Dataset):
 
     def __getitem__(self, index: int):
         name, label = self.files[index]
-        data = self.root.read_bytes(name)
-        try:
-            if self.train_seed is None:
-                image = images.eval_image(data, self.size)
-            else:
-                image = images.train_image(data, self.size,
-                                           images.draws(self.train_seed, self.epoch, index))
-        except (OSError, ValueError, SyntaxError) as error:  # what Pillow raises
-            raise DataError("cannot decode {}: {}".format(self.root.join(name), error),
-                            "remove or replace the file (make_shards skips such files)")
-        return image, label
+        data, where = self.root.read_bytes(name), self.root.join(name)
+        if self.train_seed is None:
+            return images.eval_image(data, self.size, where), label
+        return images.train_image(data, self.size,
+                                  images.draws(self.train_seed, self.epoch, index), where), label
 
 
 class FolderSource(DataSource):
@@ -92,8 +85,8 @@ class FolderSource(DataSource):
         self.train.epoch = epoch
         sampler = _EpochSampler(len(self.train), self.seed, epoch, start_step, self.batch_size,
                                 self.host)
-        return iter(DataLoader(self.train, self.batch_size // self.host.count, sampler=sampler,
-                               drop_last=True, num_workers=self.num_workers))
+        return loader.load(self.train, self.num_workers, batch_size=self.batch_size //
+                           self.host.count, sampler=sampler, drop_last=True)
 
     def eval_batches(self) -> Iterator[Batch]:
         """This host's part of every padded global evaluation batch: its real examples, then
@@ -101,8 +94,8 @@ class FolderSource(DataSource):
         size, mine = self.eval_batch_size, self.host.of(self.eval_batch_size)
         parts = [list(range(len(self.val))[step * size:(step + 1) * size][mine])
                  for step in range(self.eval_steps)]
-        loaded = iter(DataLoader(self.val, batch_sampler=[part for part in parts if part],
-                                 num_workers=self.num_workers))
+        loaded = loader.load(self.val, self.num_workers,
+                             batch_sampler=[part for part in parts if part])
         empty = (torch.zeros((0, 3, self.image_size, self.image_size), dtype=torch.uint8),
                  torch.zeros((0,), dtype=torch.int64))
         for part in parts:

@@ -8,21 +8,25 @@ centre (the usual 256/224). Both decode a JPEG at a reduced size where the crop 
 (libjpeg scales by 1/2, 1/4 or 1/8 while decoding: far fewer pixels to decode), otherwise
 straight into a tensor where torchvision can (``jpeg_decode``), and crop and resize in one
 resample (``resample``). Grayscale, CMYK and palette images become RGB; any format Pillow
-reads is accepted whatever the file's name says.
+reads is accepted whatever the file's name says. An image that does not decode is a
+``DataError`` (exit 65) naming it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import random
+import struct
 import zlib
-from typing import Tuple
+from typing import Iterator, Tuple
 
 import torch
 
 from trainer.data import jpeg_decode
 from trainer.data.resample import Box, crop_resized, tensor_crop_resized, torch_resamples_uint8
+from trainer.errors import DataError
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
@@ -78,21 +82,43 @@ def centre_box(width: int, height: int, size: int) -> Box:
     return left, top, left + side, top + side
 
 
-def train_image(data: bytes, size: int, rng: random.Random) -> torch.Tensor:
+def train_image(data: bytes, size: int, rng: random.Random, name: str = "an image"
+                ) -> torch.Tensor:
     """A random crop of the image in ``data`` resized to ``size`` and flipped half the time:
-    uint8, ``3 x size x size``."""
-    image = open_image(data)
-    box = crop_box(image.size[0], image.size[1], rng)
-    flip = rng.random() < 0.5
-    return _crop_resized(data, image, box, size, flip)
+    uint8, ``3 x size x size``. A DataError names ``name`` if it does not decode."""
+    with _decoding(name):
+        image = open_image(data)
+        box = crop_box(image.size[0], image.size[1], rng)
+        flip = rng.random() < 0.5
+        return _crop_resized(data, image, box, size, flip)
 
 
-def eval_image(data: bytes, size: int) -> torch.Tensor:
+def eval_image(data: bytes, size: int, name: str = "an image") -> torch.Tensor:
     """The centre of the image in ``data`` (256/224 resize and crop): uint8, ``3 x size x
-    size``."""
-    image = open_image(data)
-    return _crop_resized(data, image, centre_box(image.size[0], image.size[1], size), size,
-                         False)
+    size``. A DataError names ``name`` if it does not decode."""
+    with _decoding(name):
+        image = open_image(data)
+        return _crop_resized(data, image, centre_box(image.size[0], image.size[1], size),
+                             size, False)
+
+
+@contextlib.contextmanager
+def _decoding(name: str) -> Iterator[None]:
+    """Turns what Pillow raises for data that is not a whole image into a DataError."""
+    from PIL import Image
+
+    try:
+        yield
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error,
+            Image.DecompressionBombError) as error:
+        # Pillow names what it could not identify by the repr of the BytesIO it was given.
+        reason = ("not an image file Pillow reads"
+                  if isinstance(error, Image.UnidentifiedImageError)
+                  else str(error) or type(error).__name__)
+        raise DataError("cannot decode {}: {}".format(name, reason),
+                        "replace or remove the file; or, in a shard, write the shards again "
+                        "with python -m trainer.data.make_shards, which decodes every image it "
+                        "stores and skips those that do not decode")
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
@@ -115,13 +141,17 @@ def _crop_resized(data: bytes, image, box: Box, size: int, flip: bool) -> torch.
     width, height = image.size
     image.draft("RGB", draft_size(width, height, box, size))
     if image.size == (width, height) and _decodes_to_tensor(image):
-        return tensor_crop_resized(jpeg_decode.decoded(data), box, size, flip)
+        try:
+            return tensor_crop_resized(jpeg_decode.decoded(data), box, size, flip)
+        except OSError:  # what libjpeg-turbo refuses Pillow may still read (its own libjpeg)
+            pass
     sx, sy = image.size[0] / width, image.size[1] / height
     return crop_resized(image, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy), size, flip)
 
 
 def _decodes_to_tensor(image) -> bool:
     """Whether torchvision decodes this image at full size (the same pixels as Pillow, sooner):
-    a plain RGB or grayscale JPEG, where torch resizes uint8 and torchvision decodes."""
-    return (image.format == "JPEG" and image.mode in ("RGB", "L")
+    a plain RGB or grayscale JPEG (or an MPO's first image), where torch resizes uint8 and
+    torchvision decodes."""
+    return (image.format in ("JPEG", "MPO") and image.mode in ("RGB", "L")
             and torch_resamples_uint8() and jpeg_decode.available())

@@ -2,8 +2,8 @@
 --source=DIR_OR_GS --dest=DIR_OR_GS``.
 
 The source is ``train/<class>/*`` and ``val/<class>/*`` (ImageNet's layout), local or under
-``gs://``; the destination gets ``train-000000.tar ...``, ``val-000000.tar ...`` (the original
-image bytes and the label, webdataset's layout: ``trainer.data.tar_members``) and, last,
+``gs://``; the destination gets ``train-000000.tar ...``, ``val-000000.tar ...`` (each image,
+its label and its source, webdataset's layout: ``trainer.data.tar_members``) and, last,
 ``index.json`` (``trainer.data.shard_index``). Every split is shuffled with ``--seed`` before it
 is cut, so a shard is a random sample of its split; both splits share one class-to-label map.
 
@@ -14,9 +14,12 @@ is cut, so a shard is a random sample of its split; both splits share one class-
   plan's shards is refused.
 - Shards are made in parallel, one process per host core (``--workers``), with a progress
   line every ``--progress_seconds`` (shards and images done of all, rate, ETA).
-- Grayscale, CMYK, PNG-named-``.JPEG`` and very large images are stored as they are (the
-  reader makes them RGB). A file that cannot be decoded is reported by name and skipped: the
-  count and names are in the final line and in the index's ``skipped`` list.
+- Each image is stored as a JPEG or a PNG every reader decodes (``trainer.data.shard_image``):
+  plain JPEGs and PNGs byte for byte (grayscale, CMYK, very large, PNG named ``.JPEG``), an
+  MPO's first image, other formats converted. Its key is its place in the shard
+  (``train-000012_000345``), whatever the file's name; ``KEY.json`` records the source file's
+  path and format. A file that cannot be decoded is reported by name and skipped: the count
+  and names are in the final line and in the index's ``skipped`` list.
 
 Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 74 the
 source or destination cannot be read or written.
@@ -29,14 +32,13 @@ import hashlib
 import json
 import logging
 import multiprocessing
-import os
 import random
 import sys
 import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from trainer import storage
-from trainer.data import images
+from trainer.data import shard_image
 from trainer.data.folder_tree import Labelled, read_tree
 from trainer.data.shard_index import INDEX_NAME, SPLITS, ShardIndex
 from trainer.data.tar_members import tar_bytes
@@ -73,33 +75,32 @@ def make_shard(task: Task) -> Tuple[str, int, List[str]]:
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     members: List[Tuple[str, bytes]] = []
     skipped = []
-    for position, (path, label) in enumerate(files):
-        data = source.read_bytes(path)
-        kind = _decodable(data)
-        if kind is None:
+    for path, label in files:
+        image = shard_image.stored(source.read_bytes(path))
+        if image is None:
             skipped.append(path)
             continue
-        stem = os.path.basename(path).split(".")[0]
-        key = "{:05d}_{}".format(position, stem.replace(" ", "_"))
-        members += [(key + "." + kind, data), (key + ".cls", str(label).encode())]
+        members += example_members(example_key(name, len(members) // 3), image, path, label)
     dest.write_bytes(name, tar_bytes(members))
-    count = len(members) // 2
+    count = len(members) // 3
     dest.write_bytes(_marker(name), json.dumps(
         {"plan": plan, "count": count, "skipped": skipped}).encode())
     return name, count, skipped
 
 
-def _decodable(data: bytes) -> Optional[str]:
-    """The image's format as a file extension if it decodes (at the smallest draft size, which
-    still reads every byte of the compressed data), else None."""
-    try:
-        image = images.open_image(data)
-        kind = (image.format or "").lower()
-        image.draft("RGB", (64, 64))
-        image.load()
-    except Exception:  # Pillow raises many types for broken files; each means "skip it"
-        return None
-    return {"jpeg": "jpg", "": "img"}.get(kind, kind)
+def example_key(shard: str, number: int) -> str:
+    """The key of example ``number`` of ``shard``: its place, not its file's name, so that it
+    is unique in the set and short whatever the source's names (``train-000012_000345``)."""
+    return "{}_{:06d}".format(shard[:-len(".tar")], number)
+
+
+def example_members(key: str, image: shard_image.Stored, path: str, label: int
+                    ) -> List[Tuple[str, bytes]]:
+    """An example's members: the image, its label and, in ``KEY.json``, where it came from
+    (the source file relative to the source folder, and its format)."""
+    source = json.dumps({"path": path, "format": image.source_format}, ensure_ascii=False)
+    return [("{}.{}".format(key, image.extension), image.data),
+            (key + ".cls", str(label).encode()), (key + ".json", source.encode())]
 
 
 def _marker(shard: str) -> str:

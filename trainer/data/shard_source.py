@@ -27,22 +27,19 @@ every example is counted once.
 from __future__ import annotations
 
 import collections
-import io
 import itertools
 import queue
 import random
-import tarfile
 import threading
 from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from trainer import storage
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, pad_batch
-from trainer.data import images
+from trainer.data import images, loader, shard_examples
 from trainer.data.shard_index import INDEX_NAME, ShardIndex
-from trainer.data.tar_members import read_samples
 from trainer.errors import DataError, TrainerError
 
 Shards = List[Tuple[str, int]]  # (shard name, examples)
@@ -50,12 +47,6 @@ Shards = List[Tuple[str, int]]  # (shard name, examples)
 # hide a store's latency and per-request cost; each holds a shard in memory (about 110 MB of
 # ImageNet at the default --shard_size).
 SHARDS_IN_FLIGHT = 2
-IMAGE_KINDS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "pgm", "tif", "tiff", "img")
-
-
-def has_shards(data_dir: str) -> bool:
-    """Whether ``data_dir`` holds a shard set (its index)."""
-    return storage.open_dir(data_dir).exists(INDEX_NAME) if data_dir else False
 
 
 def load_index(root: storage.Directory) -> ShardIndex:
@@ -138,7 +129,7 @@ class ShardSource(DataSource):
     def _load(self, plans: List[Callable[[], Iterator[Batch]]]) -> Iterator[Batch]:
         if not self.workers:
             return plans[0]()
-        return iter(DataLoader(_Streams(plans), batch_size=None, num_workers=self.workers))
+        return loader.load(_Streams(plans), self.workers, batch_size=None)
 
     def _batches(self, shards: Shards, epoch: int, skip: int, count: int) -> Iterator[Batch]:
         """``count`` batches of the shards' examples, each shard shuffled, after ``skip``."""
@@ -147,7 +138,8 @@ class ShardSource(DataSource):
             x, y = [], []
             for key, data, label in _take(examples, self.local_batch):
                 x.append(images.train_image(data, self.image_size,
-                                            images.draws(self.seed, epoch, key)))
+                                            images.draws(self.seed, epoch, key),
+                                            self.root.join(key)))
                 y.append(label)
             yield torch.stack(x), torch.tensor(y, dtype=torch.int64)
 
@@ -156,8 +148,8 @@ class ShardSource(DataSource):
         empty = torch.zeros((0, 3, self.image_size, self.image_size), dtype=torch.uint8)
         for _ in range(self.eval_batches_per_worker):
             part = _take(examples, size)
-            x = torch.stack([images.eval_image(data, self.image_size)
-                             for _, data, _ in part]) if part else empty
+            x = torch.stack([images.eval_image(data, self.image_size, self.root.join(key))
+                             for key, data, _ in part]) if part else empty
             yield pad_batch(x, torch.tensor([label for _, _, label in part], dtype=torch.int64),
                             size)
 
@@ -171,11 +163,11 @@ class ShardSource(DataSource):
             if skip >= count:
                 skip -= count
                 continue
-            wanted.append((name, skip))
+            wanted.append((name, skip, count))
             skip = 0
-        fetched = _prefetched([name for name, _ in wanted], self._read_shard)
-        for (name, skip), data in zip(wanted, fetched):
-            samples = _labelled(name, data, self.root.uri)
+        fetched = _prefetched([name for name, _, _ in wanted], self._read_shard)
+        for (name, skip, count), data in zip(wanted, fetched):
+            samples = shard_examples.labelled(data, self.root.join(name), count)
             if shuffle is not None:
                 random.Random("{}/{}/{}".format(shuffle[0], shuffle[1], name)).shuffle(samples)
             for sample in samples[skip:]:
@@ -200,24 +192,6 @@ class _Streams(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         return self.plans[info.id if info else 0]()
-
-
-def _labelled(name: str, data: bytes, where: str) -> List[Tuple[str, bytes, int]]:
-    """(key, image bytes, label) of each example of the shard ``name``; a DataError names a
-    shard that is not a tar or an example without an image or a label."""
-    hint = "write the shards with python -m trainer.data.make_shards"
-    try:
-        samples = list(read_samples(io.BytesIO(data)))
-    except tarfile.TarError as error:
-        raise DataError("{}/{} is not a readable tar shard: {}".format(where, name, error), hint)
-    labelled = []
-    for key, files in samples:
-        kinds = [kind for kind in files if kind in IMAGE_KINDS]
-        if "cls" not in files or not kinds or not files["cls"].strip().isdigit():
-            raise DataError("{}/{}: example {!r} lacks an image or a .cls label".format(
-                where, name, key), hint)
-        labelled.append((key, files[kinds[0]], int(files["cls"])))
-    return labelled
 
 
 def _take(examples: Iterator, count: int) -> list:

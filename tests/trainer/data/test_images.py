@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from trainer.data import images, resample
+from trainer.errors import DataError
 
 
 def encoded(image, kind="JPEG", **options) -> bytes:
@@ -92,9 +93,18 @@ def test_normalize_is_imagenets_mean_and_std_on_the_float_image():
     assert torch.allclose(images.normalize(x).double(), expected, rtol=0, atol=1e-6)
 
 
-def test_a_file_that_is_not_an_image_is_an_os_error():
-    with pytest.raises(OSError):
-        images.eval_image(b"not an image", 32)
+@pytest.mark.parametrize("cut", [0, 12, 1 / 3])
+def test_what_does_not_decode_is_a_data_error_naming_it(cut):
+    # Nothing, a file that is no image, a JPEG cut short (its header is whole: it opens, then
+    # its data ends, in torchvision's decoder and in Pillow's).
+    whole = encoded(Image.new("RGB", (300, 200), (200, 100, 50)), quality=90)
+    data = b"not an image" if cut == 12 else whole[:int(len(whole) * cut)]
+    for decode in (lambda: images.eval_image(data, 32, "shard.tar#key"),
+                   lambda: images.train_image(data, 300, random.Random(0), "shard.tar#key")):
+        with pytest.raises(DataError, match=r"^cannot decode shard.tar#key: \w") as raised:
+            decode()
+        assert raised.value.exit_code == 65 and "make_shards" in raised.value.hint
+        assert "BytesIO" not in raised.value.message
 
 
 @pytest.mark.parametrize("mode, kind", [("RGB", "JPEG"), ("L", "JPEG"), ("RGB", "PNG")])

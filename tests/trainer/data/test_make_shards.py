@@ -9,7 +9,9 @@ import subprocess
 import sys
 import tarfile
 
+import numpy
 import pytest
+import torch
 
 import photos as photo_set
 from trainer import storage
@@ -33,7 +35,7 @@ def shard_contents(dest: storage.Directory, index: ShardIndex):
             samples = list(read_samples(io.BytesIO(dest.read_bytes(name))))
             assert len(samples) == count
             for _, files in samples:
-                image = [data for kind, data in files.items() if kind != "cls"]
+                image = [data for kind, data in files.items() if kind in ("jpg", "png")]
                 found[split].append((image[0], int(files["cls"])))
     return found
 
@@ -64,13 +66,25 @@ def test_every_image_once_with_its_label_and_the_broken_one_skipped_by_name(brok
     assert json.loads((tmp_path / "index.json").read_text())["skipped"] == [broken]
 
 
-def test_shards_are_webdataset_layout_with_the_true_image_type(photo_shards):
+def test_shards_are_webdataset_layout_keyed_by_place_with_the_source_in_json(photo_shards,
+                                                                           photos):
     with tarfile.open(str(photo_shards / "train-000000.tar")) as archive:
-        names = archive.getnames()
-    assert len(names) == 48 and all(name.count(".") == 1 for name in names)
+        members = [(member.name, archive.extractfile(member).read()) for member in archive]
+    names = [name for name, _ in members]
+    assert len(names) == 72 and all(name.count(".") == 1 for name in names)
     keys = [name.split(".")[0] for name in names]
-    assert keys[0::2] == keys[1::2]  # an example's files are adjacent
-    assert {name.split(".")[1] for name in names} <= {"jpg", "png", "cls"}
+    # An example's files are adjacent; its key is its place in the shard.
+    assert keys[0::3] == keys[1::3] == keys[2::3] == [
+        "train-000000_{:06d}".format(number) for number in range(24)]
+    assert {name.split(".")[1] for name in names[1::3]} == {"cls"}
+    assert {name.split(".")[1] for name in names[2::3]} == {"json"}
+    classes = sorted(photo_set.SOURCES)
+    for (name, image), (_, label), (_, source) in zip(*[members[at::3] for at in range(3)]):
+        record = json.loads(source.decode())
+        # These are plain JPEGs and PNGs: kept byte for byte, with the true type.
+        assert image == (photos / record["path"]).read_bytes()
+        assert record["format"] == {"jpg": "JPEG", "png": "PNG"}[name.split(".")[1]]
+        assert record["path"].split("/")[1] == classes[int(label)]
 
 
 def test_an_interrupted_run_writes_only_the_missing_shards(broken_photos, tmp_path, caplog):
@@ -121,3 +135,107 @@ def test_command_line_exit_codes(photos, tmp_path):
     assert mismatch.returncode == 65
     assert mismatch.stderr.splitlines()[0].endswith("a only in train/, b only in val/")
     assert "Traceback" not in mismatch.stderr
+
+
+CJK_STEM = "漢字" * 16  # 96 bytes of UTF-8: over ustar's name field once a number is added
+LONG_STEM = "n" * 196  # a 200-byte file name
+
+
+@pytest.fixture(scope="module")
+def odd_files(tmp_path_factory):
+    """A class-folder tree of one class holding, from real photographs, what phones, scanners
+    and the web write, most named as JPEGs: {file name: its bytes} of train/odd/."""
+    from PIL import Image
+
+    photos = [photo.resize((320, 240)) for _, photo in sorted(photo_set.source_photos().items())]
+    root = tmp_path_factory.mktemp("odd")
+
+    def encoded(image, kind, **options):
+        buffer = io.BytesIO()
+        image.save(buffer, kind, **options)
+        return buffer.getvalue()
+
+    depth = Image.fromarray((numpy.asarray(photos[7].convert("L"), dtype=numpy.uint16) * 257
+                             + numpy.arange(240, dtype=numpy.uint16)[:, None]))
+    files = {
+        "phone.JPG": encoded(photos[0], "MPO", save_all=True, append_images=[photos[1]]),
+        "animation.jpg": encoded(photos[1], "GIF", save_all=True, append_images=[photos[2]]),
+        "scan.jpg": encoded(photos[2], "JPEG2000"),
+        "drawing.jpg": encoded(photos[3], "PNG"),
+        "page.tif": encoded(photos[4], "TIFF"),
+        "depth.tiff": encoded(depth, "TIFF"),
+        "web.webp": encoded(photos[5], "WEBP", quality=80),
+        LONG_STEM + ".jpg": encoded(photos[6], "JPEG", quality=90),
+        CJK_STEM + ".jpg": encoded(photos[7], "JPEG", quality=90),
+    }
+    for split, names in (("train", files), ("val", ["drawing.jpg"])):
+        (root / "source" / split / "odd").mkdir(parents=True)
+        for name in names:
+            (root / "source" / split / "odd" / name).write_bytes(files[name])
+    return root, files
+
+
+def decoded(data: bytes):
+    from PIL import Image
+
+    return numpy.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=numpy.float64)
+
+
+def jpeg_error_bound(jpeg: bytes) -> float:
+    """The most a JPEG's mean absolute error per RGB value can be, from its own quantization
+    tables: rounding a DCT coefficient errs by at most half its step, and the 8x8 DCT is
+    orthonormal, so a channel's RMS error is at most the RMS of the half steps (Y and, with
+    full-resolution colour, Cb and Cr); R, G and B weigh Cb and Cr by at most 1.772 in all;
+    the colour conversions and the integer inverse DCT round by half a level each (Y, Cb and
+    Cr when encoding, weighed likewise; RGB when decoding). A mean is at most its RMS."""
+    from PIL import Image
+
+    tables = Image.open(io.BytesIO(jpeg)).quantization
+    half_step = [numpy.sqrt(numpy.mean((numpy.asarray(tables[i]) / 2) ** 2)) for i in (0, 1)]
+    return half_step[0] + 1.772 * half_step[1] + 0.5 * (1 + 1.772) + 0.5 + 0.5
+
+
+def test_every_image_of_every_format_and_name_is_stored_as_one_the_reader_decodes(odd_files):
+    from PIL import Image
+
+    from trainer.data import images, shard_examples
+
+    root, files = odd_files
+    # Two processes: a name that broke ustar used to kill the whole pool.
+    index = convert(str(root / "source"), str(root / "shards"), shard_size=4, workers=2)
+    assert index.skipped == [] and index.examples("train") == len(files)
+    stored = {}
+    for split in ("train", "val"):
+        for name, count in index.shards(split):
+            data = (root / "shards" / name).read_bytes()
+            with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+                assert all(len(member.name) <= 30 for member in archive)
+            for (example, image, label), (_, members) in zip(
+                    shard_examples.labelled(data, str(root / "shards" / name), count),
+                    read_samples(io.BytesIO(data))):
+                source = json.loads(members["json"].decode())
+                assert source["path"].startswith(split + "/odd/") and label == 0
+                stored[source["path"].split("/")[-1]] = (image, source["format"])
+                for tensor in (images.train_image(image, 32, images.draws(0, 0, example)),
+                               images.eval_image(image, 32)):
+                    assert tensor.shape == (3, 32, 32) and tensor.dtype == torch.uint8
+    assert sorted(stored) == sorted(files)
+    formats = {name: fmt for name, (_, fmt) in stored.items()}
+    assert formats == {"phone.JPG": "MPO", "animation.jpg": "GIF", "scan.jpg": "JPEG2000",
+                       "drawing.jpg": "PNG", "page.tif": "TIFF", "depth.tiff": "TIFF",
+                       "web.webp": "WEBP", LONG_STEM + ".jpg": "JPEG", CJK_STEM + ".jpg": "JPEG"}
+    kinds = {name: Image.open(io.BytesIO(image)).format for name, (image, _) in stored.items()}
+    assert set(kinds.values()) == {"JPEG", "PNG"}
+    # Byte for byte: plain JPEGs and PNGs. Losslessly: the rest but lossy formats, as the
+    # reader would have decoded them (first frames; 16 bits scaled to 8).
+    for name in ("drawing.jpg", LONG_STEM + ".jpg", CJK_STEM + ".jpg"):
+        assert stored[name][0] == files[name]
+    for name in ("phone.JPG", "animation.jpg", "page.tif"):
+        assert numpy.array_equal(decoded(stored[name][0]), decoded(files[name])), name
+    depth = numpy.asarray(Image.open(io.BytesIO(files["depth.tiff"])), dtype=numpy.float64)
+    assert numpy.array_equal(decoded(stored["depth.tiff"][0])[:, :, 0],
+                             numpy.round(depth * 255 / 65535))
+    for name in ("scan.jpg", "web.webp"):  # JPEG at quality 95
+        image = stored[name][0]
+        error = numpy.abs(decoded(image) - decoded(files[name])).mean()
+        assert kinds[name] == "JPEG" and error <= jpeg_error_bound(image), (name, error)

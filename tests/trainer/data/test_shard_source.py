@@ -41,6 +41,9 @@ class CountingReads:
         self.reads.append(name)
         return self.directory.read_bytes(name)
 
+    def join(self, name):
+        return self.directory.join(name)
+
 
 def test_an_epoch_is_whole_batches_of_distinct_examples_in_a_seeded_order(photo_shards):
     data = source(photo_shards, batch=8)

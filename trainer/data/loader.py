@@ -1,0 +1,103 @@
+"""A torch ``DataLoader`` whose data workers' ``TrainerError`` reaches the trainer as itself: the
+same one-line message, ``HINT:`` and exit code as with no worker processes.
+
+torch re-raises an exception from a worker as a new one of its type built from the worker's
+formatted traceback alone: the message becomes that traceback squashed into one line, and the
+hint and exit code are lost. Here the worker hands the error over as a value instead (the
+error pickles whole: its hint and exit code are attributes), and the trainer's side raises it,
+after stopping the workers. Any other exception is left to torch: it is a bug, whose traceback
+is what is wanted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data.dataloader import default_collate, default_convert
+
+from trainer.errors import TrainerError
+
+
+def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
+    """``iter(DataLoader(dataset, num_workers=num_workers, **options))``, except that a
+    ``TrainerError`` raised in a worker process is raised here as it was raised there. With
+    no workers the loader runs in this process and its errors need no help."""
+    if not num_workers:
+        return iter(DataLoader(dataset, num_workers=0, **options))
+    batched = options.get("batch_size", 1) is not None or "batch_sampler" in options
+    collate = options.pop("collate_fn", None) or (default_collate if batched else
+                                                  default_convert)
+    guarded = (_GuardedStream(dataset) if isinstance(dataset, IterableDataset)
+               else _GuardedItems(dataset))
+    loader = DataLoader(guarded, num_workers=num_workers, collate_fn=_guarded(collate),
+                        **options)
+    return _raising(iter(loader))
+
+
+class _Failed:
+    """A ``TrainerError`` a worker raised, on its way to the trainer as a loaded item."""
+
+    def __init__(self, error: TrainerError) -> None:
+        self.error = error
+
+
+class _GuardedStream(IterableDataset):
+    """The items of an iterable dataset, then a ``_Failed`` if iterating it raised one."""
+
+    def __init__(self, dataset: IterableDataset) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for item in self.dataset:
+                yield item
+        except TrainerError as error:
+            yield _Failed(error)
+
+
+class _GuardedItems(Dataset):
+    """Item ``i`` of a map-style dataset, or a ``_Failed`` if getting it raised one."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return self.dataset[index]
+        except TrainerError as error:
+            return _Failed(error)
+
+
+def _guarded(collate: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``collate``, but a batch with a failed item is that failure (the first)."""
+
+    def collate_or_fail(items: Any) -> Any:
+        if isinstance(items, _Failed):
+            return items
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, _Failed):
+                    return item
+        return collate(items)
+
+    return collate_or_fail
+
+
+def _raising(batches: Iterator[Any]) -> Iterator[Any]:
+    for batch in batches:
+        if isinstance(batch, _Failed):
+            error = batch.error
+            break
+        yield batch
+    else:
+        return
+    # Stop the workers now rather than when the iterator is collected: the error may end the
+    # process, and a worker left running would still be fetching and decoding.
+    shutdown = getattr(batches, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    raise error

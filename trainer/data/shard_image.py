@@ -1,0 +1,149 @@
+"""What ``make_shards`` stores of one source image: a plain JPEG or a PNG, whatever the source's
+format, so that every reader decodes it, whatever its Pillow was built with, by the fast path
+it has for JPEG (a reduced-size decode, or torchvision's decoder into a tensor).
+
+- A JPEG in one of the three codings every decoder reads (baseline, extended or progressive
+  Huffman, 8 bits) and a PNG of 8-bit channels: kept byte for byte.
+- An MPO (what phones and cameras write: a JPEG followed by more images, described in an APP2
+  ``MPF`` segment): its first image, byte for byte, without that segment: a plain JPEG.
+- Lossy formats (WebP, JPEG 2000, AVIF, HEIF, and JPEGs in the other codings): JPEG at quality
+  95 with full colour resolution. Their pixels were approximations already; as PNG they would
+  take about 3x the bytes of that JPEG and decode 2x slower.
+- Everything else Pillow reads (GIF, TIFF, BMP, 16-bit PNG ...): PNG, losslessly.
+
+A converted image is its first frame, as a reader would have decoded it; more than 8 bits per
+channel are scaled to 8 (the reader's conversion to RGB would clip them).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import NamedTuple, Optional
+
+from trainer.data import images
+
+LOSSY_FORMATS = ("JPEG", "MPO", "WEBP", "JPEG2000", "AVIF", "HEIF")
+JPEG_QUALITY = 95
+# Modes the reader turns into RGB exactly as it would any other: 8-bit channels.
+EIGHT_BIT_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "CMYK")
+# Start-of-frame markers of the codings every JPEG decoder reads: baseline, extended and
+# progressive, Huffman-coded (not lossless, hierarchical or arithmetic-coded).
+PLAIN_FRAMES = (0xC0, 0xC1, 0xC2)
+
+
+class Stored(NamedTuple):
+    extension: str  # "jpg" or "png"
+    data: bytes
+    source_format: str  # what Pillow called the source
+
+
+def stored(data: bytes) -> Optional[Stored]:
+    """What to store for the image file ``data``; None when it does not decode (at the
+    smallest draft size, which still reads every byte of a JPEG's compressed data)."""
+    try:
+        image = images.open_image(data)
+        source_format = image.format or "unknown"
+        kept = _kept_bytes(data, image)
+        if kept is not None and _decodes(kept[1]):
+            return Stored(kept[0], kept[1], source_format)
+        image.load()  # what the kept bytes lack (an MPO's first image cut wrong) is converted
+        converted = _converted(image, source_format)
+        return Stored(converted[0], converted[1], source_format) if _decodes(
+            converted[1]) else None
+    except Exception:  # Pillow raises many types for broken files; each means "skip it"
+        return None
+
+
+def _kept_bytes(data: bytes, image) -> Optional[tuple]:
+    """("jpg" or "png", the bytes to store) when the source's own bytes (or an MPO's first
+    image) are a plain JPEG or 8-bit PNG; None when the image must be converted."""
+    if image.format == "PNG" and image.mode in EIGHT_BIT_MODES:
+        return "png", data
+    if image.format == "MPO":
+        try:
+            data = _without_mpf(data[:image.mpinfo[0xB002][0]["Size"]])
+        except (KeyError, IndexError, TypeError):  # no usable size: converted instead
+            return None
+    if image.format in ("JPEG", "MPO") and image.mode in ("L", "RGB", "CMYK") and (
+            jpeg_frame(data) in [(marker, 8) for marker in PLAIN_FRAMES]):
+        return "jpg", data
+    return None
+
+
+def _converted(image, source_format: str) -> tuple:
+    """("jpg" or "png", bytes) of the decoded ``image`` (see the module's docstring)."""
+    if image.mode not in EIGHT_BIT_MODES:
+        image = _eight_bit(image)
+    buffer = io.BytesIO()
+    if source_format in LOSSY_FORMATS:
+        image.convert("L" if image.mode in ("1", "L", "LA") else "RGB").save(
+            buffer, "JPEG", quality=JPEG_QUALITY, subsampling=0)
+        return "jpg", buffer.getvalue()
+    if image.mode in ("CMYK", "PA"):  # PNG has no CMYK; Pillow writes no PA
+        image = image.convert("RGBA" if image.mode == "PA" else "RGB")
+    image.save(buffer, "PNG")
+    return "png", buffer.getvalue()
+
+
+def _eight_bit(image):
+    """``image`` in a mode of 8-bit channels: grayscale of 16 bits (``I;16``) scaled by
+    255/65535, of 32-bit integers or floats by 255 over its largest value; other modes (a
+    YCbCr or LAB TIFF ...) converted to RGB by Pillow."""
+    import numpy
+    from PIL import Image
+
+    if not (image.mode.startswith("I") or image.mode == "F"):
+        return image.convert("RGB")
+    values = numpy.asarray(image, dtype=numpy.float64)
+    top = 65535.0 if image.mode.startswith("I;16") else max(float(values.max()), 1.0)
+    scaled = numpy.clip(numpy.round(values * (255.0 / top)), 0, 255).astype(numpy.uint8)
+    return Image.fromarray(scaled)  # 2-D uint8: mode L
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        image = images.open_image(data)
+        image.draft("RGB", (64, 64))
+        image.load()
+    except Exception:  # as in ``stored``
+        return False
+    return True
+
+
+def jpeg_frame(data: bytes) -> Optional[tuple]:
+    """(start-of-frame marker, sample precision in bits) of a JPEG's frame header, or None
+    when the segments before it are not well formed."""
+    segments = _segments(data)
+    for marker, start, end in segments:
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and end > start:
+            return marker, data[start]
+    return None
+
+
+def _segments(data: bytes) -> list:
+    """[(marker, payload start, payload end)] of a JPEG's segments from its start up to the
+    start of scan; [] when they are not well formed."""
+    if data[:2] != b"\xff\xd8":
+        return []
+    found, at = [], 2
+    while at + 4 <= len(data) and data[at] == 0xFF:
+        marker = data[at + 1]
+        if marker == 0xFF:  # a fill byte
+            at += 1
+            continue
+        end = at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
+        if end > len(data):
+            return []
+        found.append((marker, at + 4, end))
+        if marker == 0xDA:
+            return found
+        at = end
+    return []
+
+
+def _without_mpf(data: bytes) -> bytes:
+    """A JPEG without its APP2 ``MPF`` segment (which says more images follow)."""
+    for marker, start, end in _segments(data):
+        if marker == 0xE2 and data[start:start + 4] == b"MPF\0":
+            return data[:start - 4] + data[end:]
+    return data

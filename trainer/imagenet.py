@@ -15,6 +15,7 @@ if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
 
+import logging
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -27,6 +28,7 @@ from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
+log = logging.getLogger("trainer")
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
           "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2")
 NUM_CLASSES = 1000
@@ -77,9 +79,15 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
     from trainer.data.shard_source import ShardSource, has_shards
     from trainer.data.workers import resolve_workers
 
-    source = ShardSource if has_shards(config.data_dir) else FolderSource
-    return source(config.data_dir, config.image_size, batch, resolve_workers(config.num_workers),
-                  config.seed, eval_batch, host)
+    workers = resolve_workers(config.num_workers)
+    if not has_shards(config.data_dir):
+        return FolderSource(config.data_dir, config.image_size, batch, workers, config.seed,
+                            eval_batch, host)
+    source = ShardSource(config.data_dir, config.image_size, batch, workers, config.seed,
+                         eval_batch, host, devices=topology.devices)
+    for line in source.plan_lines():  # what python -m trainer.data.plan prints
+        log.info("data plan: %s", line)
+    return source
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,

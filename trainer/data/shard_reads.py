@@ -22,7 +22,7 @@ import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, Tuple
 
 from trainer import storage
-from trainer.data.epoch_order import Piece
+from trainer.data.epoch_order import Piece, Run
 from trainer.data.shard_index import INDEX_NAME, Shard
 from trainer.data.tar_members import read_samples
 from trainer.errors import DataError
@@ -45,6 +45,14 @@ class ShardReader:
     def piece_bytes(self, piece: Piece) -> int:
         shard, first, end = piece
         return self.shards[shard].byte_range(first, end)[1]
+
+    def examples_of(self, runs: Sequence[Run]) -> Iterator[List[Example]]:
+        """The examples of each run, read ``RUNS_AHEAD`` runs ahead; the caller may drop each
+        example once used (the list is its own)."""
+        fetched = prefetched([pieces for _, pieces in runs], self.read_run)
+        for _, pieces in runs:
+            yield self.unpacked(pieces, next(fetched))
+        fetched.close()
 
     def read_run(self, pieces: List[Piece], stop: threading.Event) -> List[bytes]:
         """The bytes of each piece, in order; stops early (what it has) once ``stop`` is

@@ -31,7 +31,7 @@ from trainer import storage
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, pad_batch
 from trainer.data import epoch_order, images, plan, shared_memory
 from trainer.data.shard_index import INDEX_NAME, ShardIndex
-from trainer.data.shard_reads import Example, ShardReader, prefetched
+from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
 
 log = logging.getLogger("trainer")
@@ -125,7 +125,7 @@ class ShardSource(DataSource):
 
     def _train_batches(self, epoch: int, runs: List[epoch_order.Run]) -> Iterator[Batch]:
         size = self.image_size
-        for examples in _examples(self.train, runs):
+        for examples in self.train.examples_of(runs):
             x = _batch_tensor(len(examples), size)
             labels = []
             for row, (key, data, label) in enumerate(examples):
@@ -136,7 +136,7 @@ class ShardSource(DataSource):
 
     def _eval_batches(self, runs: List[epoch_order.Run]) -> Iterator[Batch]:
         size = self.image_size
-        for examples in _examples(self.val, runs):
+        for examples in self.val.examples_of(runs):
             x = _batch_tensor(len(examples), size)
             labels = []
             for row, (_, data, label) in enumerate(examples):
@@ -145,15 +145,6 @@ class ShardSource(DataSource):
                 labels.append(label)
             yield pad_batch(x, torch.tensor(labels, dtype=torch.int64),
                             self.eval_cut.local_batch)
-
-
-def _examples(reader: ShardReader, runs: List[epoch_order.Run]) -> Iterator[List[Example]]:
-    """The examples of each run, read ``RUNS_AHEAD`` runs ahead; the caller may drop each
-    example once used (the list is its own)."""
-    fetched = prefetched([pieces for _, pieces in runs], reader.read_run)
-    for _, pieces in runs:
-        yield reader.unpacked(pieces, next(fetched))
-    fetched.close()
 
 
 def _batch_tensor(rows: int, size: int) -> torch.Tensor:

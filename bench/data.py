@@ -190,7 +190,7 @@ class MemorySampler(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.host = self.worker_private = self.worker_rss = self.trainer_private = 0
+        self.host = self.worker_private = self.worker_rss = 0
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -198,7 +198,6 @@ class MemorySampler(threading.Thread):
         while not self.done.wait(0.02):
             children = _children(me)
             self.host = max(self.host, sum(_memory(pid, "Pss:") for pid in [me] + children))
-            self.trainer_private = max(self.trainer_private, _memory(me, *PRIVATE))
             self.worker_private = max([self.worker_private] + [
                 _memory(child, *PRIVATE) for child in children])
             self.worker_rss = max([self.worker_rss] + [_memory(child, "VmHWM:")
@@ -212,6 +211,7 @@ def epoch_figures(data_dir: str, proxy: CountingProxy, batch: int) -> Dict[str, 
 
     source = ShardSource(data_dir, SIZE, batch, auto_workers(), 1)
     proxy.read = 0  # the index was read: an epoch's reads start here
+    before = _memory(os.getpid(), "Pss:")
     sampler = MemorySampler()
     sampler.start()
     steps = sum(1 for _ in source.train_batches(0))
@@ -219,8 +219,7 @@ def epoch_figures(data_dir: str, proxy: CountingProxy, batch: int) -> Dict[str, 
     sampler.join()
     return {"workers": source.workers, "steps": steps, "read": proxy.read,
             "split": source.index.size("train"), "worker_private": sampler.worker_private,
-            "worker_rss": sampler.worker_rss, "host": sampler.host,
-            "trainer_private": sampler.trainer_private,
+            "worker_rss": sampler.worker_rss, "host": sampler.host, "before": before,
             "plan_worker": source.plan.worker_ram, "plan_host": source.plan.host_ram,
             "plan_lines": source.plan_lines()}
 
@@ -240,14 +239,15 @@ def steady_rate(flags: List[str]) -> float:
 
 
 def print_epoch(figures: Dict[str, float]) -> None:
+    figures = dict(figures, host_added=figures["host"] - figures["before"])
     print("one epoch from fake-gcs-server, {workers} data worker(s), {steps} steps: read {read} "
           "bytes of {split} in the train shards, {ratio:.3f}x".format(
               ratio=figures["read"] / figures["split"], **figures))
     print("  peak memory: a worker {:.0f} MB of its own ({:.0f} MB RSS with the pages it shares "
-          "with the trainer), the trainer {:.0f} MB of its own, the host {:.0f} MB (PSS of the "
-          "trainer and its workers); the plan's data part: {:.0f} MB a worker, {:.0f} MB the "
-          "host".format(*(figures[name] / 1e6 for name in (
-              "worker_private", "worker_rss", "trainer_private", "host", "plan_worker",
+          "with the trainer); the host {:.0f} MB (PSS of the trainer and its workers), {:.0f} MB "
+          "more than the trainer alone before the epoch; the plan's data part: {:.0f} MB a "
+          "worker, {:.0f} MB the host".format(*(figures[name] / 1e6 for name in (
+              "worker_private", "worker_rss", "host", "host_added", "plan_worker",
               "plan_host"))))
     for line in figures["plan_lines"]:
         print("  plan: " + line)

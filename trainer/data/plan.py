@@ -8,14 +8,15 @@ and the memory each host needs for data (RAM, and the part of it in ``/dev/shm``
 ImageNet trainer logs the same lines at start (``ShardSource``): both call ``make_plan`` and
 ``plan_lines``, which enumerate what ``trainer.data.epoch_order`` tells the reader to read.
 
-Memory per host, the data's part (each process's own code and libraries come on top; see
-``bench/data.py`` for measured totals):
+Memory per host (the trainer's own model and libraries come on top; ``bench/data.py``
+measures the totals):
 
 - each data worker holds at most ``RUNS_AHEAD + 1`` runs' encoded bytes (the run it decodes,
   unpacked, and the runs fetched ahead; a run is one step's local batch) plus one piece;
 - decoded batches cross from the workers to the trainer in shared memory (``/dev/shm``): up to
   ``PREFETCH_BATCHES`` per worker, and up to ``LOADER_HELD_BATCHES`` that the device loader
-  holds until they are copied to the devices.
+  holds until they are copied to the devices;
+- each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
 """
@@ -37,6 +38,10 @@ PREFETCH_BATCHES = 2
 # Decoded batches torch_xla's device loader (ParallelLoader, 2.x defaults) may hold on the host:
 # its queue of 16, the 8 of one transfer to the device, and one waiting to be queued.
 LOADER_HELD_BATCHES = 16 + 8 + 1
+# What a data worker process holds of its own besides the runs it reads: decoder buffers and
+# the pages it copies from the trainer it was forked from. Measured by bench/data.py (182 MB
+# at 224 px, peak), rounded up: an estimate for the host's total, not a limit.
+WORKER_PROCESS_BYTES = 200 * 10 ** 6
 CHANNELS = 3
 
 
@@ -112,6 +117,11 @@ class Plan:
         return (max(1, self.shape.workers) * self.worker_ram
                 + self.batches_in_flight * self.batch_bytes)
 
+    @property
+    def host_total(self) -> int:
+        """``host_ram`` and the worker processes' own memory (an estimate)."""
+        return self.host_ram + self.shape.workers * WORKER_PROCESS_BYTES
+
 
 def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 0) -> Plan:
     """The plan of ``epoch`` (its figures vary little between epochs) for ``shape``."""
@@ -167,10 +177,12 @@ def plan_lines(plan: Plan) -> List[str]:
             _size(plan.read_per_epoch), _size(plan.train_size),
             plan.read_per_epoch / plan.train_size),
         "data memory per host: {} RAM ({} x {} runs of up to {} encoded, {} decoded batches "
-        "of {} in flight); /dev/shm needs {} of it".format(
+        "of {} in flight); /dev/shm needs {} of it; with the worker processes' own (about {} "
+        "each) about {} in all".format(
             _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
             _size(max(plan.worker.largest_run, plan.largest_eval_run)),
-            plan.batches_in_flight, _size(plan.batch_bytes), _size(plan.shared_memory)),
+            plan.batches_in_flight, _size(plan.batch_bytes), _size(plan.shared_memory),
+            _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
     ]
 
 

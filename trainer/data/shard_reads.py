@@ -3,11 +3,11 @@ ranged reads located by the index's example table, each example checked against 
 
 One piece is one read of exactly its examples' bytes (tar headers included), so nothing is
 read that is not trained on. A worker reads the pieces of a whole step (a *run*: its host's
-part of one global batch) in one thread, and ``RUNS_AHEAD`` runs are fetched while it decodes
-the current one. ``unpacked`` consumes a run's bytes piece by piece and the decoder drops each
-example once decoded, so a worker holds at most ``RUNS_AHEAD + 1`` runs' bytes (plus one
-piece while it is unpacked). The runs come from the worker's own list of steps, so the
-look-ahead ends where the worker's steps end: nothing past the epoch is read.
+part of one global batch) a few at a time, and ``RUNS_AHEAD`` runs are fetched while it
+decodes the current one. ``unpacked`` consumes a run's bytes piece by piece and the decoder
+drops each example once decoded, so a worker holds at most ``RUNS_AHEAD + 1`` runs' bytes
+(plus one piece while it is unpacked). The runs come from the worker's own list of steps, so
+the look-ahead ends where the worker's steps end: nothing past the epoch is read.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import queue
 import tarfile
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, List, Sequence, Tuple
 
 from trainer import storage
@@ -31,6 +32,8 @@ Example = Tuple[str, bytes, int]  # key, image bytes, label
 # Runs each data worker fetches ahead of the one it decodes: a store's latency is hidden
 # when the next run is under way while this one decodes; each holds one local batch's bytes.
 RUNS_AHEAD = 2
+# Ranged reads one run has under way at once.
+PIECES_IN_FLIGHT = 4
 IMAGE_KINDS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "pgm", "tif", "tiff", "img")
 _END_OF_ARCHIVE = bytes(2 * tarfile.BLOCKSIZE)
 _HINT = "write the shards again with python -m trainer.data.make_shards"
@@ -55,14 +58,14 @@ class ShardReader:
         fetched.close()
 
     def read_run(self, pieces: List[Piece], stop: threading.Event) -> List[bytes]:
-        """The bytes of each piece, in order; stops early (what it has) once ``stop`` is
-        set: the consumer is gone."""
-        read = []
-        for piece in pieces:
-            if stop.is_set():
-                break
-            read.append(self.read_piece(piece))
-        return read
+        """The bytes of each piece, in order, ``PIECES_IN_FLIGHT`` read at once (a store's
+        latency per request, not its bandwidth, is what one read at a time waits on); pieces
+        not started when ``stop`` is set (the consumer is gone) are not read."""
+        def read(piece: Piece) -> bytes:
+            return b"" if stop.is_set() else self.read_piece(piece)
+
+        with ThreadPoolExecutor(max(1, min(PIECES_IN_FLIGHT, len(pieces)))) as pool:
+            return list(pool.map(read, pieces))
 
     def read_piece(self, piece: Piece) -> bytes:
         """The bytes of ``piece``, each example's checked against the index. A mismatch is

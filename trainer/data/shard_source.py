@@ -21,7 +21,6 @@ need (``trainer.data.shared_memory``), and the plan's figures are logged
 
 from __future__ import annotations
 
-import logging
 from typing import Callable, Iterator, List
 
 import torch
@@ -34,7 +33,7 @@ from trainer.data.shard_index import INDEX_NAME, ShardIndex
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
 
-log = logging.getLogger("trainer")
+Decode = Callable[[str, bytes], torch.Tensor]  # (example key, image bytes) -> uint8 image
 
 
 def has_shards(data_dir: str) -> bool:
@@ -96,55 +95,48 @@ class ShardSource(DataSource):
         return plan.plan_lines(self.plan)
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        order = epoch_order.train_order([shard.count for shard in self.train.shards],
-                                        self.seed, epoch)
-        workers = epoch_order.loader_workers(self.workers, start_step, self.cut.steps)
-
-        def plan_of(position: int) -> Callable[[], Iterator[Batch]]:
-            return lambda: self._train_batches(epoch, list(epoch_order.runs(
-                order, self.cut, self.host.index, start_step, workers, position)))
-
-        return self._load([plan_of(position) for position in range(max(1, workers))], workers)
+        size, seed = self.image_size, self.seed
+        order = epoch_order.train_order([shard.count for shard in self.train.shards], seed,
+                                        epoch)
+        return self._load(self.train, order, self.cut, start_step, lambda key, data: (
+            images.train_image(data, size, images.draws(seed, epoch, key))))
 
     def eval_batches(self) -> Iterator[Batch]:
+        size = self.image_size
         order = epoch_order.eval_order([shard.count for shard in self.val.shards])
-        workers = epoch_order.loader_workers(self.workers, 0, self.eval_cut.steps)
+        return self._load(self.val, order, self.eval_cut, 0,
+                          lambda key, data: images.eval_image(data, size))
 
-        def plan_of(position: int) -> Callable[[], Iterator[Batch]]:
-            return lambda: self._eval_batches(list(epoch_order.runs(
-                order, self.eval_cut, self.host.index, 0, workers, position)))
+    def _load(self, reader: ShardReader, order: epoch_order.ExampleOrder,
+              cut: epoch_order.Cut, first_step: int, decode: Decode) -> Iterator[Batch]:
+        """This host's batches of steps ``first_step`` on: each loader worker builds the
+        steps ``epoch_order.runs`` deals it, the loader takes them in turn."""
+        workers = epoch_order.loader_workers(self.workers, first_step, cut.steps)
 
-        return self._load([plan_of(position) for position in range(max(1, workers))], workers)
+        def stream(position: int) -> Callable[[], Iterator[Batch]]:
+            return lambda: _batches(reader, list(epoch_order.runs(
+                order, cut, self.host.index, first_step, workers, position)), decode,
+                cut.local_batch, self.image_size)
 
-    def _load(self, plans: List[Callable[[], Iterator[Batch]]], workers: int
-              ) -> Iterator[Batch]:
+        streams = [stream(position) for position in range(max(1, workers))]
         if not workers:
-            return plans[0]()
-        return iter(DataLoader(_Streams(plans), batch_size=None, num_workers=workers,
+            return streams[0]()
+        return iter(DataLoader(_Streams(streams), batch_size=None, num_workers=workers,
                                prefetch_factor=plan.PREFETCH_BATCHES))
 
-    def _train_batches(self, epoch: int, runs: List[epoch_order.Run]) -> Iterator[Batch]:
-        size = self.image_size
-        for examples in self.train.examples_of(runs):
-            x = _batch_tensor(len(examples), size)
-            labels = []
-            for row, (key, data, label) in enumerate(examples):
-                x[row] = images.train_image(data, size, images.draws(self.seed, epoch, key))
-                examples[row] = None  # its bytes are no longer needed
-                labels.append(label)
-            yield x, torch.tensor(labels, dtype=torch.int64)
 
-    def _eval_batches(self, runs: List[epoch_order.Run]) -> Iterator[Batch]:
-        size = self.image_size
-        for examples in self.val.examples_of(runs):
-            x = _batch_tensor(len(examples), size)
-            labels = []
-            for row, (_, data, label) in enumerate(examples):
-                x[row] = images.eval_image(data, size)
-                examples[row] = None
-                labels.append(label)
-            yield pad_batch(x, torch.tensor(labels, dtype=torch.int64),
-                            self.eval_cut.local_batch)
+def _batches(reader: ShardReader, runs: List[epoch_order.Run], decode: Decode, rows: int,
+             size: int) -> Iterator[Batch]:
+    """A batch of ``rows`` (the last padded, in evaluation) per run, each example decoded
+    by ``decode(key, bytes)`` and its bytes dropped once decoded."""
+    for examples in reader.examples_of(runs):
+        x = _batch_tensor(len(examples), size)
+        labels = []
+        for row, (key, data, label) in enumerate(examples):
+            x[row] = decode(key, data)
+            examples[row] = None
+            labels.append(label)
+        yield pad_batch(x, torch.tensor(labels, dtype=torch.int64), rows)
 
 
 def _batch_tensor(rows: int, size: int) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The ImageNet input pipeline on real photographs (run: make bench, or python bench/data.py
-[--images-per-class N] [--rounds N] [--no-end-to-end]).
+[--images-per-class N] [--rounds N] [--no-end-to-end] [--only-epoch]).
 
 The photographs are ``tests/photos.py``'s set (scikit-image's sample photos, cropped and saved
 as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images per class.
@@ -15,7 +15,12 @@ as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images p
    ratio (goal >= 0.8); and the fetch and the unpacking apart.
 3. Host-to-device bytes per image: a batch of ours (uint8) against the float32 batch the
    reference pipeline makes (goal: 4x fewer).
-4. End to end, ResNet-18 at 64 px, batch 16: steady examples/s from the shards with the
+4. One training epoch from fake-gcs-server with the default data workers (decode included):
+   the bytes the storage server sent (counted by a proxy in front of it, look-ahead and
+   every worker process included) over the split's bytes (goal <= 1.05); the peak memory of
+   each worker and of the host (this process and its workers: PSS, shared pages counted
+   once), against the data's part that the plan states (``trainer.data.plan``).
+5. End to end, ResNet-18 at 64 px, batch 16: steady examples/s from the shards with the
    default data workers against the same run on fake data (the device-only rate): the
    pipeline's efficiency (goal >= 0.95). On this CPU device the decode workers share the two
    cores with the device, which a TPU host does not.
@@ -24,6 +29,7 @@ as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -32,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -42,11 +49,12 @@ sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
+from gcs_fault_proxy import GcsFaultProxy  # noqa: E402
 
 import photos  # noqa: E402
-from trainer.data import images  # noqa: E402
+from trainer.data import epoch_order, images  # noqa: E402
 from trainer.data.make_shards import convert  # noqa: E402
-from trainer.data.shard_source import ShardSource  # noqa: E402
+from trainer.data.shard_source import ShardSource, load_index  # noqa: E402
 
 SIZE = 224
 
@@ -102,7 +110,7 @@ def read_parts(data_dir: str, rounds: int) -> Dict[str, float]:
     from trainer.data.tar_members import read_samples
 
     root = storage.open_dir(data_dir)
-    names = [name for name, _ in ShardSource(data_dir, SIZE, 1, 0, 1).index.shards("train")]
+    names = [name for name, _ in load_index(root).shards("train")]
     fetch, unpack = [], []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -117,21 +125,103 @@ def read_parts(data_dir: str, rounds: int) -> Dict[str, float]:
             "unpack": total / statistics.median(unpack)}
 
 
-def read_rate(data_dir: str, rounds: int) -> Dict[str, float]:
-    """MB/s and images/s of fetching and unpacking every train shard (median of rounds)."""
-    source = ShardSource(data_dir, SIZE, 1, 0, 1)
-    shards = source.index.shards("train")
+def read_rate(data_dir: str, rounds: int, batch: int = 64) -> Dict[str, float]:
+    """MB/s and images/s of reading and unpacking an epoch's examples as the trainer does
+    (ranged reads of the runs of batches of ``batch``, checked, read ahead; one stream, no
+    decode; median of rounds)."""
+    source = ShardSource(data_dir, SIZE, batch, 0, 1)
+    order = epoch_order.train_order([shard.count for shard in source.train.shards], 1, 0)
+    runs = list(epoch_order.runs(order, source.cut, 0, 0, 0, 0))
     total_bytes = total_images = 0
     seconds = []
     for _ in range(rounds):
         start = time.perf_counter()
         total_bytes = total_images = 0
-        for _, data, _ in source.read_examples(shards, 0, shuffle=None):
-            total_bytes += len(data)
-            total_images += 1
+        for examples in source.train.examples_of(runs):
+            total_bytes += sum(len(data) for _, data, _ in examples)
+            total_images += len(examples)
         seconds.append(time.perf_counter() - start)
     elapsed = statistics.median(seconds)
     return {"MB/s": total_bytes / elapsed / 1e6, "images/s": total_images / elapsed}
+
+
+class CountingProxy(GcsFaultProxy):
+    """The fault proxy without faults, counting the body bytes of the objects read through
+    it (GET answers)."""
+
+    read = 0
+
+    def _forward(self, method: str, path: str, headers, body: bytes):
+        status, answer_headers, data = super()._forward(method, path, headers, body)
+        if method == "GET" and "alt=media" in path:
+            self.read += len(data)
+        return status, answer_headers, data
+
+
+def _children(pid: int) -> List[int]:
+    """The processes ``pid`` started, and theirs (Linux's /proc)."""
+    found = []
+    for task in Path("/proc/{}/task".format(pid)).glob("*/children"):
+        try:
+            found += [int(child) for child in task.read_text().split()]
+        except OSError:
+            continue
+    return found + [grandchild for child in found for grandchild in _children(child)]
+
+
+def _memory(pid: int, *fields: str) -> int:
+    """The sum of ``fields`` of ``pid``'s smaps_rollup (``Pss:``, ``Private_Dirty:``...) or
+    status (``VmHWM:``), in bytes; 0 once it is gone."""
+    source = "status" if fields[0].startswith("Vm") else "smaps_rollup"
+    try:
+        lines = Path("/proc/{}/{}".format(pid, source)).read_text().splitlines()
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) * 1024 for line in lines if line.startswith(fields))
+
+
+PRIVATE = ("Private_Clean:", "Private_Dirty:")
+
+
+class MemorySampler(threading.Thread):
+    """Every 20 ms: the PSS of this process and every process it started (their sum: the
+    host's memory, pages shared by several counted once), and each child's private memory
+    (what a worker adds to the trainer it was forked from) and peak RSS; keeps the peaks."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.host = self.worker_private = self.worker_rss = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self.done.wait(0.02):
+            children = _children(me)
+            self.host = max(self.host, sum(_memory(pid, "Pss:") for pid in [me] + children))
+            self.worker_private = max([self.worker_private] + [
+                _memory(child, *PRIVATE) for child in children])
+            self.worker_rss = max([self.worker_rss] + [_memory(child, "VmHWM:")
+                                                      for child in children])
+
+
+def epoch_figures(data_dir: str, proxy: CountingProxy, batch: int) -> Dict[str, float]:
+    """One training epoch of ``data_dir`` (read through ``proxy``) with the default data
+    workers, decoded at 224 px: bytes read over the split's, and memory against the plan."""
+    from trainer.data.workers import auto_workers
+
+    source = ShardSource(data_dir, SIZE, batch, auto_workers(), 1)
+    proxy.read = 0  # the index was read: an epoch's reads start here
+    before = _memory(os.getpid(), "Pss:")
+    sampler = MemorySampler()
+    sampler.start()
+    steps = sum(1 for _ in source.train_batches(0))
+    sampler.done.set()
+    sampler.join()
+    return {"workers": source.workers, "steps": steps, "read": proxy.read,
+            "split": source.index.size("train"), "worker_private": sampler.worker_private,
+            "worker_rss": sampler.worker_rss, "host": sampler.host, "before": before,
+            "plan_worker": source.plan.worker_ram, "plan_host": source.plan.host_ram,
+            "plan_lines": source.plan_lines()}
 
 
 def steady_rate(flags: List[str]) -> float:
@@ -148,12 +238,59 @@ def steady_rate(flags: List[str]) -> float:
             return json.load(handle)["steady_examples_per_second"]
 
 
+def print_epoch(figures: Dict[str, float]) -> None:
+    figures = dict(figures, host_added=figures["host"] - figures["before"])
+    print("one epoch from fake-gcs-server, {workers} data worker(s), {steps} steps: read {read} "
+          "bytes of {split} in the train shards, {ratio:.3f}x".format(
+              ratio=figures["read"] / figures["split"], **figures))
+    print("  peak memory: a worker {:.0f} MB of its own ({:.0f} MB RSS with the pages it shares "
+          "with the trainer); the host {:.0f} MB (PSS of the trainer and its workers), {:.0f} MB "
+          "more than the trainer alone before the epoch; the plan's data part: {:.0f} MB a "
+          "worker, {:.0f} MB the host".format(*(figures[name] / 1e6 for name in (
+              "worker_private", "worker_rss", "host", "host_added", "plan_worker",
+              "plan_host"))))
+    for line in figures["plan_lines"]:
+        print("  plan: " + line)
+
+
+@contextlib.contextmanager
+def served(shards: Path):
+    """``gs://bench-data/shards`` holding ``shards`` on a fake-gcs-server, and a counting proxy
+    in front of it (``STORAGE_EMULATOR_HOST`` points at the server)."""
+    import fake_gcs
+    from google.cloud import storage
+
+    server = fake_gcs.started()
+    proxy = CountingProxy(server.url).start()
+    try:
+        os.environ["STORAGE_EMULATOR_HOST"] = server.url
+        bucket = storage.Client(project="bench").create_bucket("bench-data")
+        for path in sorted(shards.iterdir()):
+            bucket.blob("shards/" + path.name).upload_from_filename(str(path))
+        yield "gs://bench-data/shards", proxy
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def epoch_through(proxy: CountingProxy, uri: str, batch: int) -> Dict[str, float]:
+    os.environ["STORAGE_EMULATOR_HOST"] = proxy.url
+    try:
+        return epoch_figures(uri, proxy, batch)
+    finally:
+        os.environ["STORAGE_EMULATOR_HOST"] = proxy.upstream
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images-per-class", type=int, default=80)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=64,
+                        help="the local batch of part 4 (default 64)")
     parser.add_argument("--no-end-to-end", action="store_true",
                         help="skip the trainer runs (the longest part, about 12 minutes)")
+    parser.add_argument("--only-epoch", action="store_true",
+                        help="run part 4 only (a minute or two)")
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core per pipeline
     with tempfile.TemporaryDirectory(prefix="bench-data-") as work:
@@ -162,6 +299,12 @@ def main() -> None:
         print("{} train photographs, {:.0f} KB on average, {} to {} px on the long side".format(
             len(jpegs), sum(map(len, jpegs)) / len(jpegs) / 1e3,
             *(f(max(images.open_image(data).size) for data in jpegs) for f in (min, max))))
+        shards = Path(work) / "shards"
+        convert(str(tree), str(shards), shard_size=100)
+        if args.only_epoch:
+            with served(shards) as (uri, proxy):
+                print_epoch(epoch_through(proxy, uri, args.batch))
+            return
 
         rates = decode_rates(jpegs, args.rounds)
         print("decode + augment, one core: ours {ours:.0f} images/s, reference {reference:.0f} "
@@ -170,23 +313,12 @@ def main() -> None:
         print("  decoding every JPEG at full size, nothing else: {:.2f} ms per image; ours "
               "whole: {:.2f} ms".format(full_decode_ms(jpegs, args.rounds), 1000 / rates["ours"]))
 
-        shards = Path(work) / "shards"
-        convert(str(tree), str(shards), shard_size=100)
         local = read_rate(str(shards), args.rounds)
         local_parts = read_parts(str(shards), args.rounds)
-        import fake_gcs
-        from google.cloud import storage
-
-        server = fake_gcs.started()
-        try:
-            os.environ["STORAGE_EMULATOR_HOST"] = server.url
-            bucket = storage.Client(project="bench").create_bucket("bench-data")
-            for path in sorted(shards.iterdir()):
-                bucket.blob("shards/" + path.name).upload_from_filename(str(path))
-            remote = read_rate("gs://bench-data/shards", args.rounds)
-            remote_parts = read_parts("gs://bench-data/shards", args.rounds)
-        finally:
-            server.stop()
+        with served(shards) as (uri, proxy):
+            remote = read_rate(uri, args.rounds)
+            remote_parts = read_parts(uri, args.rounds)
+            epoch = epoch_through(proxy, uri, args.batch)
         print("shard reading: local {:.0f} MB/s, {:.0f} images/s; fake-gcs-server {:.0f} MB/s, "
               "{:.0f} images/s; ratio {:.2f}".format(local["MB/s"], local["images/s"],
                                                       remote["MB/s"], remote["images/s"],
@@ -202,6 +334,7 @@ def main() -> None:
         print("host-to-device bytes per {0}x{0} image: ours {1} (uint8), reference {2} "
               "(float32), {3:.1f}x fewer".format(SIZE, ours_bytes, reference_bytes,
                                                  reference_bytes / ours_bytes))
+        print_epoch(epoch)
 
         if args.no_end_to_end:
             return

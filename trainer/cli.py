@@ -2,6 +2,7 @@
 accepted), and the one place that turns errors into a one-line message and an exit code.
 
 Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 74 job dir not readable/writable;
+78 the container's ``/dev/shm`` is too small for the data workers (``docker run --shm-size``);
 143 stopped by SIGTERM after writing a checkpoint (the platform restarts and it resumes).
 """
 
@@ -28,6 +29,7 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
     define_flags()
     try:
         _configure_storage(os.environ)
+        _configure_shared_memory(os.environ)
         config = parse_config(list(sys.argv if argv is None else argv))
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
@@ -74,6 +76,16 @@ def _configure_storage(environ: Mapping[str, str]) -> None:
                            "seconds".format(text), "e.g. TRAINER_GCS_RETRY_DEADLINE=300",
                            EX_USAGE)
     storage.RETRY_DEADLINE_S = seconds
+
+
+def _configure_shared_memory(environ: Mapping[str, str]) -> None:
+    """``TRAINER_SHM_DIR``: the directory checked for the data workers' shared memory instead
+    of ``/dev/shm`` (a hook for tests: a small filesystem stands in for a small container)."""
+    path = environ.get("TRAINER_SHM_DIR", "").strip()
+    if path:
+        from trainer.data import shared_memory
+
+        shared_memory.SHM_DIR = path
 
 
 def configure_logging() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 EX_USAGE = 64     # bad flag value
 EX_DATAERR = 65   # missing or malformed input data
 EX_IOERR = 74     # the job dir cannot be read or written
+EX_CONFIG = 78    # the container lacks what the run needs (shared memory for the data workers)
 # SIGTERM (maintenance, preemption, cancel): a checkpoint was written, then the trainer exits
 # non-zero so that the platform restarts the replica, which resumes from that checkpoint.
 EX_PREEMPTED = 143

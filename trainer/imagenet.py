@@ -15,6 +15,7 @@ if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
 
+import logging
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -27,6 +28,7 @@ from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
+log = logging.getLogger("trainer")
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
           "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2")
 NUM_CLASSES = 1000
@@ -73,11 +75,17 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
         return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,
                           FAKE_TRAIN_EXAMPLES // batch, FAKE_EVAL_EXAMPLES // eval_batch,
                           seed=config.seed, host=host, dtype=torch.uint8)
+    from trainer.data.shard_source import ShardSource
     from trainer.data.sources import open_source
     from trainer.data.workers import resolve_workers
 
-    return open_source(config.data_dir, config.image_size, batch,
-                       resolve_workers(config.num_workers), config.seed, eval_batch, host)
+    source = open_source(config.data_dir, config.image_size, batch,
+                         resolve_workers(config.num_workers), config.seed, eval_batch, host,
+                         devices=topology.devices)
+    if isinstance(source, ShardSource):
+        for line in source.plan_lines():  # what python -m trainer.data.plan prints
+            log.info("data plan: %s", line)
+    return source
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,

@@ -99,8 +99,8 @@ class RunCheckpoints:
 
     def _check_data_layout(self, saved: Optional[Dict[str, int]], uri: str) -> None:
         """A usage error (64) when the data order of the checkpoint's run depended on a
-        setting (``--num_workers`` of a shard set) that this run sets otherwise: the same
-        step would be other examples."""
+        setting (a shard set's ``--seed`` and block size) that this run sets otherwise: the
+        same step would be other examples."""
         if not saved or not self.data_layout or saved == self.data_layout:
             return
         changed = sorted(name for name in set(saved) | set(self.data_layout)
@@ -108,9 +108,9 @@ class RunCheckpoints:
         raise TrainerError(
             "checkpoint {} read its data with {}; this run with {}".format(
                 uri, _layout(saved, changed), _layout(self.data_layout, changed)),
-            "the shard order depends on them: {} (--num_workers; hosts: the slice) resumes at "
-            "the same data position; or start over with a new --job_dir".format(
-                _layout(saved, changed)), EX_USAGE)
+            "the data order depends on them: {} resumes at the same data position (a "
+            "setting that is no flag came from the version that wrote the checkpoint); or "
+            "start over with a new --job_dir".format(_layout(saved, changed)), EX_USAGE)
 
     def save(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
         """Checkpoint the run at ``state`` and flush ``outputs`` with it, so the metrics up to

@@ -51,6 +51,12 @@ class Directory:
     def read_bytes(self, name: str) -> bytes:
         raise NotImplementedError
 
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``name`` from ``start``: fewer only where the file ends before
+        (the caller decides what that means); ``FileNotFoundError`` when there is no such
+        file. On GCS one ranged GET, retried like every call, its length checked."""
+        raise NotImplementedError
+
     def exists(self, name: str) -> bool:
         raise NotImplementedError
 
@@ -136,6 +142,18 @@ class LocalDirectory(Directory):
             raise StorageError("cannot read {}: {}".format(path, error.strerror),
                                "check the permissions of the job dir")
 
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        path = os.path.join(self.path, name)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                return handle.read(length)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            raise StorageError("cannot read {}: {}".format(path, error.strerror),
+                               "check the permissions of the data dir")
+
     def exists(self, name: str) -> bool:
         return os.path.exists(os.path.join(self.path, name))
 
@@ -216,6 +234,11 @@ class GcsDirectory(Directory):
 
     def read_bytes(self, name: str) -> bytes:
         return self._call(lambda policy: read_object(self.bucket.blob(self._key(name)), **policy),
+                          name)
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        return self._call(lambda policy: read_object(self.bucket.blob(self._key(name)),
+                                                     start=start, length=length, **policy),
                           name)
 
     def exists(self, name: str) -> bool:

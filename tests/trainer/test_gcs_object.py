@@ -48,6 +48,19 @@ def test_a_body_that_never_arrives_whole_is_a_storage_error(shards, mangle, caus
     assert cause in str(error.value)
 
 
+@pytest.mark.parametrize("mangle", ["truncated", "corrupt"])
+def test_a_range_is_its_bytes_and_a_cut_one_is_read_again(shards, mangle):
+    # A range has no checksum of its own (the object's hash is of the whole object): a cut
+    # body is read again here; a corrupt one is the caller's to notice (the shard reader
+    # checks each example against its index).
+    directory, proxy = shards
+    rule = proxy.add(Rule("shards/big", methods=("GET",), mangle=mangle, every=2))
+    data = directory.read_range("big", 1000, 100_001)
+    assert len(data) == 100_001 and rule.broken == 1
+    assert (data == BIG[1000:101_001]) == (mangle == "truncated")
+    assert directory.read_range("big", len(BIG) - 3, 10) == BIG[-3:]
+
+
 def test_a_missing_object_is_not_found(shards):
     directory, _ = shards
     with pytest.raises(FileNotFoundError, match="shards/missing"):

@@ -28,6 +28,15 @@ def test_write_read_list_delete(directory):
     with pytest.raises(FileNotFoundError):
         directory.read_bytes("a.txt")
 
+def test_a_range_is_those_bytes_or_fewer_where_the_file_ends(directory):
+    directory.write_bytes("shard.tar", b"0123456789")
+    assert directory.read_range("shard.tar", 2, 3) == b"234"
+    assert directory.read_range("shard.tar", 8, 5) == b"89"
+    assert directory.read_range("shard.tar", 12, 5) == b""
+    assert directory.read_range("shard.tar", 4, 0) == b""
+    with pytest.raises(FileNotFoundError):
+        directory.read_range("missing.tar", 0, 1)
+
 def test_no_overwrite_precondition(directory):
     directory.write_bytes("ckpt", b"first", overwrite=False)
     with pytest.raises(StorageError, match="already exists"):

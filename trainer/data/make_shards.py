@@ -40,7 +40,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from trainer import storage
 from trainer.data import shard_image
 from trainer.data.folder_tree import Labelled, read_tree
-from trainer.data.shard_index import INDEX_NAME, SPLITS, ShardIndex
+from trainer.data.shard_index import INDEX_NAME, SPLITS, Shard, ShardIndex
 from trainer.data.tar_members import tar_bytes
 from trainer.data.workers import host_cores
 from trainer.errors import EX_USAGE, DataError, TrainerError
@@ -69,8 +69,8 @@ def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]]) -> str:
     return digest.hexdigest()[:16]
 
 
-def make_shard(task: Task) -> Tuple[str, int, List[str]]:
-    """Write one shard and its done-marker; returns (name, examples, skipped files)."""
+def make_shard(task: Task) -> Tuple[Shard, List[str]]:
+    """Write one shard and its done-marker; returns (its index entry, skipped files)."""
     source_uri, dest_uri, name, files, plan = task
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     members: List[Tuple[str, bytes]] = []
@@ -81,11 +81,13 @@ def make_shard(task: Task) -> Tuple[str, int, List[str]]:
             skipped.append(path)
             continue
         members += example_members(example_key(name, len(members) // 3), image, path, label)
-    dest.write_bytes(name, tar_bytes(members))
-    count = len(members) // 3
+    data = tar_bytes(members)
+    dest.write_bytes(name, data)
+    shard = Shard.of_bytes(name, data)  # where each example is, for ranged reads
     dest.write_bytes(_marker(name), json.dumps(
-        {"plan": plan, "count": count, "skipped": skipped}).encode())
-    return name, count, skipped
+        {"plan": plan, "count": shard.count, "skipped": skipped,
+         "shard": shard.to_dict()}).encode())
+    return shard, skipped
 
 
 def example_key(shard: str, number: int) -> str:
@@ -150,18 +152,18 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
              source.uri, len(classes), len(files["train"]), len(files["val"]), len(plan),
              dest.uri, len(done))
     progress = Progress(len(plan), total, progress_seconds)
-    for count, _ in done.values():
+    for shard, _ in done.values():
         progress.done_shards += 1
-        progress.done_images += count
-    for name, count, skipped in _made(tasks, workers or host_cores()):
-        done[name] = (count, skipped)
+        progress.done_images += shard.count
+    for shard, skipped in _made(tasks, workers or host_cores()):
+        done[shard.name] = (shard, skipped)
         _report_skipped(skipped)
-        progress.add(count, final=len(done) == len(plan))
-    splits = {split: [(name, done[name][0]) for name, _ in plan
+        progress.add(shard.count, final=len(done) == len(plan))
+    splits = {split: [done[name][0] for name, _ in plan
                       if name.startswith(split + "-")] for split in SPLITS}
     skipped = sorted(path for _, skipped_files in done.values() for path in skipped_files)
     for split in SPLITS:
-        if not sum(count for _, count in splits[split]):
+        if not sum(shard.count for shard in splits[split]):
             raise DataError("none of the {} images in {}/{} could be decoded".format(
                 len(files[split]), source.uri, split), "check that they are image files")
     index = ShardIndex(classes, splits, skipped)
@@ -174,7 +176,7 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     return index
 
 
-def _made(tasks: List[Task], workers: int) -> Iterator[Tuple[str, int, List[str]]]:
+def _made(tasks: List[Task], workers: int) -> Iterator[Tuple[Shard, List[str]]]:
     """``make_shard`` of every task as each finishes: in a pool of ``workers`` processes, or
     in this one when there is one worker or one task."""
     if workers > 1 and len(tasks) > 1:
@@ -184,9 +186,10 @@ def _made(tasks: List[Task], workers: int) -> Iterator[Tuple[str, int, List[str]
         yield from map(make_shard, tasks)
 
 
-def _done_shards(dest: storage.Directory, plan: str) -> Dict[str, Tuple[int, List[str]]]:
-    """{shard: (examples, skipped files)} of the shards a previous run of the same plan
-    finished; a DataError when ``dest`` holds shards of another plan."""
+def _done_shards(dest: storage.Directory, plan: str) -> Dict[str, Tuple[Shard, List[str]]]:
+    """{shard: (its index entry, skipped files)} of the shards a previous run of the same
+    plan finished (a marker without an entry, from an older version, counts as not done);
+    a DataError when ``dest`` holds shards of another plan."""
     done = {}
     for name in dest.list():
         if not (name.endswith(".json") and name != INDEX_NAME):
@@ -199,7 +202,9 @@ def _done_shards(dest: storage.Directory, plan: str) -> Dict[str, Tuple[int, Lis
             raise DataError("{} holds shards of another source or other options ({})".format(
                 dest.uri, name), "write into an empty destination, or run the command again "
                 "with the source and options of the interrupted run")
-        done[name[:-len(".json")] + ".tar"] = (int(marker["count"]), list(marker["skipped"]))
+        if "shard" in marker:
+            done[name[:-len(".json")] + ".tar"] = (Shard.from_dict(marker["shard"]),
+                                                   list(marker["skipped"]))
     return done
 
 

@@ -13,15 +13,17 @@ from trainer.errors import DataError
 
 
 def open_source(data_dir: str, image_size: int, batch_size: int, num_workers: int, seed: int,
-                eval_batch_size: int = 0, host: HostPart = WHOLE) -> DataSource:
-    """The ``ShardSource`` or ``FolderSource`` of ``data_dir`` (the same arguments)."""
+                eval_batch_size: int = 0, host: HostPart = WHOLE, devices: int = 1
+                ) -> DataSource:
+    """The ``ShardSource`` or ``FolderSource`` of ``data_dir`` (the same arguments; ``devices``,
+    this host's, only sizes the shard reader's plan)."""
     from trainer.data.folder_source import FolderSource
     from trainer.data.shard_source import ShardSource
 
     root = storage.open_dir(data_dir)
     if root.exists(INDEX_NAME):
         return ShardSource(data_dir, image_size, batch_size, num_workers, seed,
-                           eval_batch_size, host)
+                           eval_batch_size, host, devices=devices)
     try:
         return FolderSource(data_dir, image_size, batch_size, num_workers, seed,
                             eval_batch_size, host)

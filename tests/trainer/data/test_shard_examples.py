@@ -11,7 +11,7 @@ from PIL import Image
 
 from trainer.batches import IGNORE_LABEL
 from trainer.data.shard_examples import labelled
-from trainer.data.shard_index import INDEX_NAME, ShardIndex
+from trainer.data.shard_index import INDEX_NAME, Shard, ShardIndex
 from trainer.data.shard_source import ShardSource
 from trainer.data.tar_members import tar_bytes
 from trainer.errors import DataError
@@ -83,18 +83,21 @@ def test_a_cut_shard_is_one_line_naming_it():
 
 
 def test_the_trainer_reads_other_tools_shards(tmp_path):
-    # GNU and pax archives with folder keys, and an index written for them.
+    # GNU and pax archives with folder keys, and an index written for them (the example
+    # table groups their members by the reader's rule: folders are part of the key).
     train = [[("train/c{}/img_{}".format(label, n), jpeg(20 * n + label), label)
               for n in range(4) for label in range(2)] for _ in range(2)]
     val = [("val/c{}/img".format(label), jpeg(label * 100), label) for label in range(2)]
-    for number, (examples, format_) in enumerate(zip(train, (tarfile.GNU_FORMAT,
-                                                             tarfile.PAX_FORMAT))):
-        (tmp_path / "train-{}.tar".format(number)).write_bytes(
-            other_tools_shard(examples, format_))
-    (tmp_path / "val-0.tar").write_bytes(other_tools_shard(val))
-    (tmp_path / INDEX_NAME).write_bytes(ShardIndex(
-        ["c0", "c1"], {"train": [("train-0.tar", 8), ("train-1.tar", 8)],
-                       "val": [("val-0.tar", 2)]}).to_json())
+    shards = {"train": [], "val": []}
+    for split, name, data in [("train", "train-{}.tar".format(number),
+                               other_tools_shard(examples, format_))
+                              for number, (examples, format_) in enumerate(zip(
+                                  train, (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT)))] + [
+            ("val", "val-0.tar", other_tools_shard(val))]:
+        (tmp_path / name).write_bytes(data)
+        shards[split].append(Shard.of_bytes(name, data))
+    assert [shard.count for shard in shards["train"] + shards["val"]] == [8, 8, 2]
+    (tmp_path / INDEX_NAME).write_bytes(ShardIndex(["c0", "c1"], shards).to_json())
     source = ShardSource(str(tmp_path), 16, 4, 0, seed=1)
     labels = [label for _, y in source.train_batches(0) for label in y.tolist()]
     assert Counter(labels) == {0: 8, 1: 8}

@@ -1,0 +1,141 @@
+"""trainer.data.epoch_order at ImageNet's shape (``tests/shard_sets.py``, an index without
+data): on slices of 1 to 64 hosts of 4 or 8 chips, per-chip batches of 32 to 256 and any
+worker count, what every host's every worker reads in an epoch is the training set but fewer
+than one global batch, each example once; evaluation reads each example once in at most
+``ceil(N / batch) + 1`` steps; the bytes read per epoch are at most 1.05 times the split's.
+Enumerated with ``epoch_order.runs``, the function the reader reads by."""
+
+import functools
+from collections import defaultdict
+
+import pytest
+import shard_sets
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from conftest import examples
+from trainer.data import epoch_order
+from trainer.data.epoch_order import Cut, ExampleOrder
+
+HOSTS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_WORKERS = 32  # workers.auto_workers on a TPU host (100+ cores)
+
+
+@functools.lru_cache(maxsize=None)
+def imagenet():
+    return shard_sets.imagenet_index()
+
+
+def every_read(order, cut, workers):
+    """{(host, position): [(step, pieces)]} of every data worker of every host."""
+    return {(host, position): list(epoch_order.runs(order, cut, host, 0, workers, position))
+            for host in range(cut.hosts) for position in range(max(1, workers))}
+
+
+def examples_once(pieces, counts):
+    """How many examples ``pieces`` hold, asserting that none is read twice and every piece
+    lies within its shard."""
+    by_shard = defaultdict(list)
+    for shard, first, end in pieces:
+        assert 0 <= first < end <= counts[shard]
+        by_shard[shard].append((first, end))
+    for ranges in by_shard.values():
+        ranges.sort()
+        assert all(end <= first for (_, end), (first, _) in zip(ranges, ranges[1:]))
+    return sum(end - first for _, first, end in pieces)
+
+
+@settings(max_examples=examples(12), deadline=None)
+@given(hosts=st.sampled_from(HOSTS), chips=st.sampled_from((4, 8)),
+       per_chip=st.integers(32, 256), eval_per_chip=st.integers(32, 256),
+       workers=st.sampled_from((DEFAULT_WORKERS, 0, 1, 3)), epoch=st.integers(0, 89))
+@example(hosts=1, chips=4, per_chip=128, eval_per_chip=128, workers=DEFAULT_WORKERS, epoch=0)
+@example(hosts=2, chips=8, per_chip=256, eval_per_chip=256, workers=DEFAULT_WORKERS, epoch=1)
+@example(hosts=4, chips=4, per_chip=128, eval_per_chip=128, workers=DEFAULT_WORKERS, epoch=0)
+@example(hosts=8, chips=8, per_chip=32, eval_per_chip=32, workers=DEFAULT_WORKERS, epoch=5)
+@example(hosts=16, chips=4, per_chip=128, eval_per_chip=128, workers=DEFAULT_WORKERS, epoch=0)
+@example(hosts=32, chips=4, per_chip=256, eval_per_chip=32, workers=DEFAULT_WORKERS, epoch=2)
+@example(hosts=64, chips=4, per_chip=128, eval_per_chip=128, workers=DEFAULT_WORKERS, epoch=0)
+@example(hosts=64, chips=8, per_chip=256, eval_per_chip=256, workers=DEFAULT_WORKERS, epoch=89)
+def test_every_example_once_per_epoch_on_any_slice(hosts, chips, per_chip, eval_per_chip,
+                                                   workers, epoch):
+    index = imagenet()
+    train, val = index.entries("train"), index.entries("val")
+    counts = [shard.count for shard in train]
+    batch = hosts * chips * per_chip
+    cut = Cut(index.examples("train"), batch, hosts)
+    reads = every_read(epoch_order.train_order(counts, 1, epoch), cut, workers)
+    # Every step once, each host's part of it whole, built by one worker of that host.
+    for host in range(hosts):
+        steps = sorted(step for position in range(max(1, workers))
+                       for step, _ in reads[host, position])
+        assert steps == list(range(cut.steps))
+    assert all(sum(end - first for _, first, end in pieces) == batch // hosts
+               for runs in reads.values() for _, pieces in runs)
+    pieces = [piece for runs in reads.values() for _, run in runs for piece in run]
+    used = examples_once(pieces, counts)
+    assert used == cut.steps * batch and 0 <= cut.examples - used < batch
+    read = sum(train[shard].byte_range(first, end)[1] for shard, first, end in pieces)
+    assert read <= 1.05 * index.size("train")
+
+    eval_batch = hosts * chips * eval_per_chip
+    eval_cut = Cut(index.examples("val"), eval_batch, hosts, padded=True)
+    assert eval_cut.steps <= -(-eval_cut.examples // eval_batch) + 1
+    eval_reads = every_read(epoch_order.eval_order([shard.count for shard in val]), eval_cut,
+                            workers)
+    eval_pieces = [piece for runs in eval_reads.values() for _, run in runs for piece in run]
+    assert examples_once(eval_pieces, [shard.count for shard in val]) == eval_cut.examples
+    # Padding only where the examples end: every step before the last is whole.
+    assert all(sum(end - first for _, first, end in pieces) == eval_batch // hosts
+               for runs in eval_reads.values() for step, pieces in runs
+               if step < eval_cut.steps - 1)
+
+
+def test_the_steps_do_not_depend_on_the_workers_nor_where_the_loader_starts():
+    counts = [shard.count for shard in imagenet().entries("train")]
+    order = epoch_order.train_order(counts, 7, 3)
+    cut = Cut(sum(counts), 4 * 4 * 128, 4)
+
+    def steps(workers, first_step, host):
+        return {step: pieces for position in range(max(1, workers))
+                for step, pieces in epoch_order.runs(order, cut, host, first_step, workers,
+                                                     position)}
+
+    for host in (0, 3):
+        whole = steps(32, 0, host)
+        assert len(whole) == cut.steps
+        for workers, first in ((0, 0), (1, 17), (3, 100), (32, cut.steps - 1)):
+            assert steps(workers, first, host) == {step: whole[step]
+                                                   for step in range(first, cut.steps)}
+
+
+def test_each_epoch_has_its_own_order_and_leaves_out_other_examples():
+    counts = [shard.count for shard in imagenet().entries("train")]
+    cut = Cut(sum(counts), 64 * 4 * 256, 64)
+
+    def left_out(epoch):
+        order = epoch_order.train_order(counts, 1, epoch)
+        return order.take(cut.steps * cut.batch, cut.examples)
+
+    assert left_out(0) != left_out(1)
+    assert epoch_order.train_order(counts, 1, 0).pieces == epoch_order.train_order(
+        counts, 1, 0).pieces
+    assert epoch_order.train_order(counts, 1, 0).pieces != epoch_order.train_order(
+        counts, 2, 0).pieces
+
+
+def test_a_range_is_the_pieces_it_covers_cut_at_its_ends():
+    order = ExampleOrder([(2, 0, 32), (0, 32, 64), (1, 10, 12)])
+    assert order.examples == 66
+    assert order.take(30, 66) == [(2, 30, 32), (0, 32, 64), (1, 10, 12)]
+    assert order.take(33, 40) == [(0, 33, 40)]
+    assert order.take(32, 64) == [(0, 32, 64)]
+    assert order.take(64, 64) == []
+    assert epoch_order.blocks([70, 5], 32) == [(0, 0, 32), (0, 32, 64), (0, 64, 70),
+                                               (1, 0, 5)]
+
+
+@pytest.mark.parametrize("workers, first, steps, expected", [
+    (0, 0, 10, 0), (32, 0, 39, 32), (32, 30, 39, 9), (3, 5, 5, 1)])
+def test_a_loader_starts_no_worker_without_a_step(workers, first, steps, expected):
+    assert epoch_order.loader_workers(workers, first, steps) == expected

@@ -1,0 +1,105 @@
+"""trainer.data.plan: ImageNet's figures on v5e slices from an index without data
+(``tests/shard_sets.py``), and the command: it reads only the index, local or on
+fake-gcs-server, and bad options are one line, a hint and exit 64."""
+
+import functools
+import math
+import subprocess
+import sys
+
+import pytest
+import shard_sets
+
+from conftest import REPO, clean_environ
+from trainer.data import plan
+from trainer.data.shard_reads import RUNS_AHEAD
+
+N = shard_sets.IMAGENET_TRAIN
+
+
+@functools.lru_cache(maxsize=None)
+def imagenet():
+    return shard_sets.imagenet_index()
+
+
+@pytest.mark.parametrize("hosts, chips, per_chip", [
+    (1, 4, 128), (4, 4, 128), (16, 4, 128), (64, 4, 128), (64, 8, 256), (2, 8, 32)])
+def test_imagenet_on_a_slice_trains_on_all_but_one_global_batch(hosts, chips, per_chip):
+    shape = plan.shape_from_flags(hosts, chips, per_chip, 0, 32, 224)
+    figures = plan.make_plan(imagenet(), shape)
+    batch = hosts * chips * per_chip
+    assert figures.steps_per_epoch == N // batch
+    assert N - figures.covered < batch
+    assert figures.eval_steps == math.ceil(50_000 / batch)
+    assert figures.eval_padding == figures.eval_steps * batch - 50_000
+    assert figures.read_per_epoch <= 1.05 * figures.train_size
+    # Steps are dealt to the 32 workers of each host in turn.
+    assert figures.worker.runs == math.ceil(figures.steps_per_epoch / 32)
+    local = batch // hosts
+    assert figures.batch_bytes == local * (3 * 224 * 224 + 8)
+    assert figures.shared_memory == (32 * plan.PREFETCH_BATCHES
+                                     + plan.LOADER_HELD_BATCHES) * figures.batch_bytes
+    assert figures.worker_ram == (RUNS_AHEAD + 1) * max(figures.worker.largest_run,
+                                                        figures.largest_eval_run)
+    assert figures.host_ram == 32 * figures.worker_ram + figures.shared_memory
+    assert figures.host_total == figures.host_ram + 32 * plan.WORKER_PROCESS_BYTES
+
+
+def test_without_workers_there_is_no_shared_memory_to_ask_for():
+    figures = plan.make_plan(imagenet(), plan.shape_from_flags(1, 4, 128, 0, 0, 224))
+    assert figures.shared_memory == 0 and figures.worker.runs == figures.steps_per_epoch
+
+
+@pytest.fixture(scope="module")
+def imagenet_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("imagenet-index")
+    (folder / "index.json").write_bytes(imagenet().to_json())
+    return folder
+
+
+def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir, gcs, capsys):
+    gcs.blob("imagenet/index.json").upload_from_filename(str(imagenet_dir / "index.json"))
+    printed = []
+    for data_dir in (str(imagenet_dir), "gs://{}/imagenet".format(gcs.name)):
+        assert plan.main(["--data_dir=" + data_dir, "--hosts=16", "--devices_per_host=4",
+                          "--batch_size=128"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1]
+    lines = printed[0].splitlines()
+    assert lines[0] == ("slice: 16 hosts x 4 devices, global batch 8192 (128 per device), 32 "
+                        "data workers per host")
+    assert lines[1].startswith("training: 1,281,167 examples in 1,282 shards (")
+    assert "; 156 steps per epoch cover 99.75% of them, each once (3,215 left out" in lines[1]
+    assert lines[2] == ("evaluation: 50,000 examples in global batches of 8192: 7 steps, 7,344 "
+                        "padding (in the last step)")
+    assert lines[3].startswith("per data worker per epoch, at most: 5 runs (steps), ")
+    assert lines[4].startswith("read per epoch by all hosts: ")
+    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 6.9 GB" in lines[5]
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--hosts=0"], "--hosts=0 must be at least 1"),
+    (["--batch_size=-8"], "--batch_size=-8 must be at least 1"),
+    (["--num_workers=-2"], "--num_workers must be -1 or more"),
+    (["--hosts=64", "--devices_per_host=8", "--batch_size=4096"],
+     "a global batch of 2097152 is larger than the training set (1281167 examples)"),
+])
+def test_bad_options_are_one_line_a_hint_and_exit_64(imagenet_dir, capsys, args, text):
+    assert plan.main(["--data_dir=" + str(imagenet_dir)] + args) == 64
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and text in lines[0] and lines[1].startswith("HINT: ")
+
+
+def run_plan(*args):
+    return subprocess.run([sys.executable, "-m", "trainer.data.plan"] + list(args),
+                          cwd=str(REPO), env=clean_environ(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_command_refuses_a_missing_flag_or_index(tmp_path):
+    usage = run_plan("--hosts=2")
+    assert usage.returncode == 64 and "--data_dir" in usage.stderr
+    missing = run_plan("--data_dir=" + str(tmp_path))
+    assert missing.returncode == 65 and "has no index.json" in missing.stderr
+    assert missing.stderr.strip().splitlines()[-1].startswith("HINT: ")
+    assert "Traceback" not in missing.stderr

@@ -1,0 +1,129 @@
+"""Which examples every step of an epoch holds, and which host and data worker reads them:
+arithmetic on the split's shard sizes, without reading any data. The reader, the plan
+(``trainer.data.plan``) and the tests all call these functions, so what the plan counts is
+what is read.
+
+**Training.** The split's examples are cut into *blocks* of ``BLOCK_EXAMPLES`` consecutive
+examples of one shard (a shard's last block may be shorter). The blocks are shuffled by
+(seed, epoch) and laid end to end; cut into global batches, that sequence is the epoch:
+``N // global_batch`` steps, every example at most once, and the last ``N % global_batch``
+(fewer than one global batch) sit the epoch out, different ones each epoch. Shards are
+random samples of their split (``make_shards`` shuffles before cutting), so a block is one
+too, and a global batch of B examples holds about B / 32 blocks from all over the split.
+
+**Evaluation.** The split's examples in shard order, cut into global batches; the last one is
+completed with padding (``ceil(N / batch)`` steps).
+
+**Hosts and workers.** Host ``h`` of ``H`` loads positions ``[h * L, (h + 1) * L)`` of every
+global batch (``L = batch // H``, the devices of a host being consecutive), a stretch of
+consecutive positions: a few *pieces*, one per block it touches, each a run of consecutive
+examples of one shard (one ranged read). A host's steps are dealt to its data workers in
+turn, step ``first + k`` to worker ``k % W``, each building a whole local batch. So what a step
+holds depends on the seed, the epoch and the global batch only: neither the hosts nor the
+workers change it, and a resumed run (any worker count) continues with the same examples.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+from dataclasses import dataclass
+from typing import Iterator, List, Sequence, Tuple
+
+# Examples per block: small enough that a global batch mixes examples from all over the split,
+# large enough that a ranged read (about 3.5 MB of ImageNet) costs little more than its bytes.
+BLOCK_EXAMPLES = 32
+
+Piece = Tuple[int, int, int]  # (shard number in the split, first example, end example)
+Run = Tuple[int, List[Piece]]  # (step, the pieces of one host's part of that step)
+
+
+class ExampleOrder:
+    """A split's examples in one order, as consecutive pieces of shards: position ``p`` is
+    the ``p``-th example of the order."""
+
+    def __init__(self, pieces: Sequence[Piece]) -> None:
+        self.pieces = list(pieces)
+        self.starts = list(itertools.accumulate(
+            itertools.chain((0,), (end - first for _, first, end in self.pieces))))
+        self.examples = self.starts[-1]
+
+    def take(self, begin: int, end: int) -> List[Piece]:
+        """The examples at positions ``begin`` to ``end`` (exclusive) as pieces: the whole
+        pieces between, and the parts of those the range starts or ends in."""
+        taken: List[Piece] = []
+        index = bisect.bisect_right(self.starts, begin) - 1
+        while begin < end:
+            shard, first, _ = self.pieces[index]
+            skip = begin - self.starts[index]
+            count = min(end, self.starts[index + 1]) - begin
+            taken.append((shard, first + skip, first + skip + count))
+            begin += count
+            index += 1
+        return taken
+
+
+def blocks(counts: Sequence[int], size: int = BLOCK_EXAMPLES) -> List[Piece]:
+    """Every shard's examples (``counts[s]`` in shard ``s``) in blocks of ``size``."""
+    return [(shard, first, min(first + size, count))
+            for shard, count in enumerate(counts) for first in range(0, count, size)]
+
+
+def train_order(counts: Sequence[int], seed: int, epoch: int,
+                size: int = BLOCK_EXAMPLES) -> ExampleOrder:
+    """The training order of ``epoch``: the blocks shuffled by (seed, epoch)."""
+    shuffled = blocks(counts, size)
+    random.Random("blocks/{}/{}".format(seed, epoch)).shuffle(shuffled)
+    return ExampleOrder(shuffled)
+
+
+def eval_order(counts: Sequence[int]) -> ExampleOrder:
+    """Every example in shard order (each shard one piece)."""
+    return ExampleOrder([(shard, 0, count) for shard, count in enumerate(counts) if count])
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How an order of ``examples`` becomes steps: global batches of ``batch``, each in
+    ``hosts`` equal consecutive parts. ``padded``: the last, partial batch is a step too (the
+    reader pads it: evaluation); otherwise it is left out (training)."""
+
+    examples: int
+    batch: int
+    hosts: int = 1
+    padded: bool = False
+
+    @property
+    def steps(self) -> int:
+        return -(-self.examples // self.batch) if self.padded else self.examples // self.batch
+
+    @property
+    def local_batch(self) -> int:
+        return self.batch // self.hosts
+
+    def host_range(self, step: int, host: int) -> Tuple[int, int]:
+        """The positions of host ``host``'s part of step ``step`` (fewer, or none, in a
+        padded last step)."""
+        begin = step * self.batch + host * self.local_batch
+        return min(begin, self.examples), min(begin + self.local_batch, self.examples)
+
+
+def dealt(first_step: int, steps: int, workers: int, position: int) -> range:
+    """The steps of ``first_step`` to ``steps`` that the loader's worker ``position`` of
+    ``workers`` (0: the training process itself) builds."""
+    return range(first_step + position, steps, max(1, workers))
+
+
+def loader_workers(workers: int, first_step: int, steps: int) -> int:
+    """Worker processes for a loader of steps ``first_step`` to ``steps``: no more than
+    steps (a worker without one would start for nothing); 0 stays 0."""
+    return min(workers, max(1, steps - first_step))
+
+
+def runs(order: ExampleOrder, cut: Cut, host: int, first_step: int, workers: int,
+         position: int) -> Iterator[Run]:
+    """(step, pieces) of each step that worker ``position`` of host ``host`` reads, in the
+    order it builds them: the one function that decides what is read."""
+    for step in dealt(first_step, cut.steps, workers, position):
+        yield step, order.take(*cut.host_range(step, host))

@@ -1,0 +1,270 @@
+"""What a slice will do with a shard set, before you pay for it: ``python -m trainer.data.plan
+--data_dir=DIR_OR_GS --hosts=16 --devices_per_host=4 --batch_size=128``.
+
+Reads only the index (local or ``gs://``) and prints, for that slice: steps per epoch and the
+share of the training set an epoch covers, evaluation steps and padding, the runs, ranged
+reads and bytes of each data worker per epoch, the bytes read per epoch against the split's,
+and the memory each host needs for data (RAM, and the part of it in ``/dev/shm``). The
+ImageNet trainer logs the same lines at start (``ShardSource``): both call ``make_plan`` and
+``plan_lines``, which enumerate what ``trainer.data.epoch_order`` tells the reader to read.
+
+Memory per host (the trainer's own model and libraries come on top; ``bench/data.py``
+measures the totals):
+
+- each data worker holds at most ``RUNS_AHEAD + 1`` runs' encoded bytes (the run it decodes,
+  unpacked, and the runs fetched ahead; a run is one step's local batch) plus one piece;
+- decoded batches cross from the workers to the trainer in shared memory (``/dev/shm``): up to
+  ``PREFETCH_BATCHES`` per worker, and up to ``LOADER_HELD_BATCHES`` that the device loader
+  holds until they are copied to the devices;
+- each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
+
+Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from trainer.data import epoch_order
+from trainer.data.shard_index import Shard, ShardIndex
+from trainer.data.shard_reads import RUNS_AHEAD
+from trainer.errors import EX_USAGE, DataError, TrainerError
+
+# The DataLoader's prefetch_factor: batches each worker may have built and not yet handed over.
+PREFETCH_BATCHES = 2
+# Decoded batches torch_xla's device loader (ParallelLoader, 2.x defaults) may hold on the host:
+# its queue of 16, the 8 of one transfer to the device, and one waiting to be queued.
+LOADER_HELD_BATCHES = 16 + 8 + 1
+# What a data worker process holds of its own besides the runs it reads: decoder buffers and
+# the pages it copies from the trainer it was forked from. Measured by bench/data.py (182 MB
+# at 224 px, peak), rounded up: an estimate for the host's total, not a limit.
+WORKER_PROCESS_BYTES = 200 * 10 ** 6
+CHANNELS = 3
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """The slice and the loader settings a plan is for; batches are global (all devices)."""
+
+    hosts: int
+    devices: int
+    batch: int
+    eval_batch: int
+    workers: int
+    image_size: int
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What the busiest data worker of any host reads in one epoch, and the largest run."""
+
+    runs: int
+    reads: int
+    bytes: int
+    largest_run: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: SliceShape
+    train_examples: int
+    train_shards: int
+    train_size: int  # bytes of the split's shard files
+    steps_per_epoch: int
+    read_per_epoch: int  # bytes every host and worker together read in one epoch
+    worker: WorkerLoad
+    val_examples: int
+    eval_steps: int
+    eval_padding: int
+    largest_eval_run: int
+
+    @property
+    def covered(self) -> int:
+        return self.steps_per_epoch * self.shape.batch
+
+    @property
+    def batch_bytes(self) -> int:
+        """One decoded local batch, the larger of training and evaluation (uint8 images and
+        int64 labels)."""
+        local = max(self.shape.batch, self.shape.eval_batch) // self.shape.hosts
+        return local * (CHANNELS * self.shape.image_size ** 2 + 8)
+
+    @property
+    def worker_ram(self) -> int:
+        """Encoded bytes one data worker (or the trainer, without workers) holds at most."""
+        return (RUNS_AHEAD + 1) * max(self.worker.largest_run, self.largest_eval_run)
+
+    @property
+    def batches_in_flight(self) -> int:
+        """Decoded local batches alive at once on a host: those the workers built and have
+        not handed over, and those the device loader holds (without workers: the one the
+        trainer builds)."""
+        workers = self.shape.workers
+        return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES if workers else 1)
+
+    @property
+    def shared_memory(self) -> int:
+        """``/dev/shm`` the batches in flight need (none without worker processes)."""
+        return self.batches_in_flight * self.batch_bytes if self.shape.workers else 0
+
+    @property
+    def host_ram(self) -> int:
+        """RAM the data takes on one host: the runs the workers hold and the batches in
+        flight (``/dev/shm`` is RAM too)."""
+        return (max(1, self.shape.workers) * self.worker_ram
+                + self.batches_in_flight * self.batch_bytes)
+
+    @property
+    def host_total(self) -> int:
+        """``host_ram`` and the worker processes' own memory (an estimate)."""
+        return self.host_ram + self.shape.workers * WORKER_PROCESS_BYTES
+
+
+def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 0) -> Plan:
+    """The plan of ``epoch`` (its figures vary little between epochs) for ``shape``."""
+    train, val = index.entries("train"), index.entries("val")
+    cut = epoch_order.Cut(index.examples("train"), shape.batch, shape.hosts)
+    order = epoch_order.train_order([shard.count for shard in train], seed, epoch)
+    loads = [_load(train, order, cut, host, shape.workers, position)
+             for host in range(shape.hosts) for position in range(max(1, shape.workers))]
+    busiest = WorkerLoad(max(load.runs for load in loads), max(load.reads for load in loads),
+                         max(load.bytes for load in loads),
+                         max(load.largest_run for load in loads))
+    eval_cut = epoch_order.Cut(index.examples("val"), shape.eval_batch, shape.hosts, True)
+    eval_order = epoch_order.eval_order([shard.count for shard in val])
+    largest_eval = max(_load(val, eval_order, eval_cut, host, 0, 0).largest_run
+                       for host in range(shape.hosts)) if eval_cut.steps else 0
+    return Plan(shape, cut.examples, len(train), index.size("train"), cut.steps,
+                sum(load.bytes for load in loads), busiest, eval_cut.examples, eval_cut.steps,
+                eval_cut.steps * eval_cut.batch - eval_cut.examples, largest_eval)
+
+
+def _load(shards: Sequence[Shard], order: epoch_order.ExampleOrder, cut: epoch_order.Cut,
+          host: int, workers: int, position: int) -> WorkerLoad:
+    runs = reads = total = largest = 0
+    for _, pieces in epoch_order.runs(order, cut, host, 0, workers, position):
+        size = sum(shards[shard].byte_range(first, end)[1] for shard, first, end in pieces)
+        runs, reads, total, largest = runs + 1, reads + len(pieces), total + size, max(largest,
+                                                                                      size)
+    return WorkerLoad(runs, reads, total, largest)
+
+
+def plan_lines(plan: Plan) -> List[str]:
+    """The plan as log lines."""
+    shape = plan.shape
+    left = plan.train_examples - plan.covered
+    per_host = shape.devices // shape.hosts
+    return [
+        "slice: {} host{} x {} device{}, global batch {} ({} per device), {} data worker{} "
+        "per host".format(shape.hosts, _s(shape.hosts), per_host, _s(per_host), shape.batch,
+                          shape.batch // shape.devices, shape.workers, _s(shape.workers)),
+        "training: {:,} examples in {:,} shards ({}); {:,} steps per epoch cover {:.2%} of "
+        "them, each once{}".format(
+            plan.train_examples, plan.train_shards, _size(plan.train_size),
+            plan.steps_per_epoch, plan.covered / plan.train_examples,
+            " ({:,} left out, fewer than one global batch, other ones each epoch)".format(left)
+            if left else ""),
+        "evaluation: {:,} examples in global batches of {}: {:,} steps, {:,} padding (in the "
+        "last step)".format(plan.val_examples, shape.eval_batch, plan.eval_steps,
+                            plan.eval_padding),
+        "per data worker per epoch, at most: {:,} runs (steps), {:,} ranged reads, {}; a run "
+        "is up to {}".format(plan.worker.runs, plan.worker.reads, _size(plan.worker.bytes),
+                             _size(plan.worker.largest_run)),
+        "read per epoch by all hosts: {} of {} of training shards ({:.3f}x)".format(
+            _size(plan.read_per_epoch), _size(plan.train_size),
+            plan.read_per_epoch / plan.train_size),
+        "data memory per host: {} RAM ({} x {} runs of up to {} encoded, {} decoded batches "
+        "of {} in flight); /dev/shm needs {} of it; with the worker processes' own (about {} "
+        "each) about {} in all".format(
+            _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
+            _size(max(plan.worker.largest_run, plan.largest_eval_run)),
+            plan.batches_in_flight, _size(plan.batch_bytes), _size(plan.shared_memory),
+            _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
+    ]
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if count >= scale:
+            return "{:.{}f} {}".format(count / scale, 1 if count < 100 * scale else 0, unit)
+    return "{} bytes".format(count)
+
+
+def shape_from_flags(hosts: int, devices_per_host: int, batch_size: int, eval_batch_size: int,
+                     workers: int, image_size: int) -> SliceShape:
+    """The shape that the trainer's flags (per-device batches) give on ``hosts`` hosts; a
+    TrainerError (64) names a value that cannot be."""
+    for name, value, least in (("--hosts", hosts, 1), ("--devices_per_host", devices_per_host, 1),
+                               ("--batch_size", batch_size, 1),
+                               ("--eval_batch_size", eval_batch_size, 0),
+                               ("--num_workers", workers, 0), ("--image_size", image_size, 1)):
+        if value < least:
+            raise TrainerError("{}={} must be at least {}".format(name, value, least),
+                               "e.g. --hosts=16 --devices_per_host=4 --batch_size=128",
+                               EX_USAGE)
+    devices = hosts * devices_per_host
+    return SliceShape(hosts, devices, batch_size * devices,
+                      (eval_batch_size or batch_size) * devices, workers, image_size)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from trainer import storage
+    from trainer.cli import configure_logging, report
+    from trainer.data.shard_source import load_index
+    from trainer.data.workers import auto_workers
+
+    configure_logging()
+    parser = argparse.ArgumentParser(prog="python -m trainer.data.plan",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data_dir", required=True, help="the shard set, DIR or gs://...")
+    parser.add_argument("--hosts", type=int, default=1, help="hosts of the slice (default 1)")
+    parser.add_argument("--devices_per_host", type=int, default=4,
+                        help="TPU chips per host (default 4: v5e-4t; 8 for v5e-8t)")
+    parser.add_argument("--batch_size", type=int, default=128,
+                        help="training batch per device, as the trainer's flag (default 128)")
+    parser.add_argument("--eval_batch_size", type=int, default=0,
+                        help="evaluation batch per device (default 0: --batch_size)")
+    parser.add_argument("--num_workers", type=int, default=-1,
+                        help="data workers per host (default -1: the trainer's choice on a "
+                             "host of --host_cores cores)")
+    parser.add_argument("--host_cores", type=int, default=112,
+                        help="cores of one host, for --num_workers=-1 (default 112: a v5e "
+                             "host)")
+    parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument("--seed", type=int, default=1, help="the trainer's --seed (default 1)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse printed its usage line and the error
+        return EX_USAGE if exit_.code else 0
+    try:
+        if args.num_workers < -1 or args.host_cores < 1:
+            raise TrainerError("--num_workers must be -1 or more and --host_cores positive",
+                               "e.g. --num_workers=-1 --host_cores=112", EX_USAGE)
+        workers = auto_workers(args.host_cores) if args.num_workers < 0 else args.num_workers
+        shape = shape_from_flags(args.hosts, args.devices_per_host, args.batch_size,
+                                 args.eval_batch_size, workers, args.image_size)
+        index = load_index(storage.open_dir(args.data_dir))
+        if not index.examples("train") or not index.examples("val"):
+            raise DataError("{} has {} train and {} val examples: nothing to plan".format(
+                args.data_dir, index.examples("train"), index.examples("val")),
+                "point --data_dir at a complete shard set")
+        if index.examples("train") < shape.batch:
+            raise TrainerError("a global batch of {} is larger than the training set ({} "
+                               "examples)".format(shape.batch, index.examples("train")),
+                               "lower --batch_size, or plan fewer hosts", EX_USAGE)
+        for line in plan_lines(make_plan(index, shape, args.seed)):
+            print(line)
+    except TrainerError as error:
+        return report(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

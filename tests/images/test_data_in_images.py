@@ -2,12 +2,15 @@
 xrt image (Python 3.7, torch 1.11, google-cloud-storage 2.10) the shard command writes shards
 to fake-gcs-server and the trainer's reader streams them back with two worker processes; in
 the pjrt image ImageNet trains from those shards on two CPU devices in bf16 through the
-launcher."""
+launcher; Docker's default /dev/shm stops ImageNet at start with one line naming
+--shm-size."""
 
 import json
+import re
+import uuid
 
 from conftest import upload_folder
-from containers import run_container
+from containers import docker, run_container, wait_for_log
 
 READ_BACK = """
 import sys
@@ -68,3 +71,38 @@ def test_imagenet_trains_from_shards_on_two_devices_in_bf16_in_the_pjrt_image(
     # One execution on both devices per step: 3 training and 3 evaluation (--num_steps).
     assert summary["executions_per_epoch"] == [3 + 3]
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-000000003.pt"]
+
+
+def test_docker_default_shared_memory_stops_imagenet_at_start_with_one_line(
+        images, photo_shards, tmp_path):
+    """Docker's 64 MB /dev/shm cannot hold what 224 px batches of 128 in flight need: the
+    trainer stops before its first data worker starts, naming --shm-size, instead of a worker
+    dying of a bus error minutes later; with the size it names, the same run gets past the
+    check and trains (stopped here by docker stop)."""
+    args = ["--data_dir=/shards", "--model=resnet18", "--image_size=224", "--batch_size=128",
+            "--num_epochs=1", "--warmup_epochs=0", "--job-dir=/out"]
+    mounts = ["-v", "{}:/shards:ro".format(photo_shards), "-v", "{}:/out".format(tmp_path)]
+    env = ["-e", "LAUNCHER_TRAINER=python -m trainer.imagenet"]
+    small = docker("run", "--rm", "--network", "none", *(mounts + env), images["pjrt"], *args,
+                   check=False)
+    lines = [line for line in small.stderr.splitlines() if line.strip()]
+    assert small.returncode == 78, small.stderr
+    # The default workers follow the host's cores (one less): any count, the same line.
+    assert re.fullmatch(r"/dev/shm has 6\d MB free; \d+ data workers? needs? [\d,]+ MB of "
+                        r"shared memory for the batches in flight", lines[-2].split(": ", 1)[1])
+    assert "--shm-size=" in lines[-1] and lines[-1].startswith("HINT: ")
+    assert "Traceback" not in small.stderr and "Bus error" not in small.stderr
+    size = re.search(r"--shm-size=(\d+g)", lines[-1]).group(1)
+
+    name = "tpu-xla-shm-" + uuid.uuid4().hex[:8]
+    docker("run", "-d", "--name", name, "--network", "none", "--shm-size", size,
+           *(mounts + env), images["pjrt"], *args)
+    try:
+        wait_for_log(name, "data plan: ")  # logged once the reader and its check are done
+        docker("stop", name, timeout=120)
+        code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
+        logs = docker("logs", name)
+    finally:
+        docker("rm", "-f", name, check=False)
+    assert code == "143", logs.stderr
+    assert "shared memory" not in logs.stderr

@@ -39,8 +39,9 @@ def check(needed: int, workers: int, per_worker: int, path: str = "") -> None:
     fitting = max(0, (free - (needed - workers * per_worker)) // per_worker) \
         if per_worker else 0
     raise TrainerError(
-        "{} has {} free; {} data worker{} need {} of shared memory for the batches in "
-        "flight".format(path, _mb(free), workers, "" if workers == 1 else "s", _mb(needed)),
+        "{} has {} free; {} data worker{} {} of shared memory for the batches in "
+        "flight".format(path, _mb(free), workers, " needs" if workers == 1 else "s need",
+                        _mb(needed)),
         "give the container more: docker run --shm-size={}g (or mount a bigger tmpfs at "
         "{}); or lower --num_workers{}".format(
             math.ceil(needed / 2 ** 30 * 1.1), path,

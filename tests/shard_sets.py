@@ -9,8 +9,9 @@ import numpy as np
 from trainer.data.shard_index import Shard, ShardIndex
 
 IMAGENET_TRAIN, IMAGENET_VAL = 1_281_167, 50_000
-# Two 512-byte tar headers (image, label), the label's block and the image's padding.
-EXAMPLE_OVERHEAD = 3 * 512 + 256
+# make_shards' three members (image, label, source record): three 512-byte tar headers, the
+# label's and the record's blocks and, on average, half a block of the image's padding.
+EXAMPLE_OVERHEAD = 5 * 512 + 256
 
 
 def split_shards(split: str, examples: int, per_shard: int, rng: np.random.Generator,

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+import trainer.xla  # noqa: F401  (first of ours, at a fixed point: see trainer.xla)
 from trainer import devices
 from trainer.batches import DataSource, FakeSource
 from trainer.cli import exit_process, run_main

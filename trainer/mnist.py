@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import trainer.xla  # noqa: F401  (first of ours, at a fixed point: see trainer.xla)
 from trainer import devices, mnist_data
 from trainer.batches import DataSource, FakeSource, TensorSource
 from trainer.cli import exit_process, run_main

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Dict, List, Mapping, Tuple
+import uuid
+from typing import Dict, List, Mapping, NamedTuple, Tuple
 
 import pytest
 
@@ -137,3 +138,31 @@ def wait_for_log(name: str, needle: str, timeout: float = 300) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("container {} never logged {!r}".format(name, needle))
+
+
+class Stopped(NamedTuple):
+    """A container ``docker stop`` ended: its exit code, its logs and how long the stop took."""
+
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def stop_when_logged(run_args: List[str], needle: str, stop_after: int = 30,
+                     timeout: float = 300) -> Stopped:
+    """``docker run -d RUN_ARGS``; once the container logged ``needle``, ``docker stop`` it as
+    the platform does (SIGTERM, SIGKILL ``stop_after`` seconds later). The container is
+    removed either way."""
+    name = "tpu-xla-stop-" + uuid.uuid4().hex[:8]
+    docker("run", "-d", "--name", name, *run_args)
+    try:
+        wait_for_log(name, needle, timeout)
+        started = time.monotonic()
+        docker("stop", "--time", str(stop_after), name, timeout=stop_after + 90)
+        seconds = time.monotonic() - started
+        code = int(docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout)
+        logs = docker("logs", name)
+    finally:
+        docker("rm", "-f", name, check=False)
+    return Stopped(code, logs.stdout, logs.stderr, seconds)

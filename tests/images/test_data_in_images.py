@@ -7,10 +7,9 @@ launcher; Docker's default /dev/shm stops ImageNet at start with one line naming
 
 import json
 import re
-import uuid
 
 from conftest import upload_folder
-from containers import docker, run_container, wait_for_log
+from containers import docker, run_container, stop_when_logged
 
 READ_BACK = """
 import sys
@@ -94,15 +93,8 @@ def test_docker_default_shared_memory_stops_imagenet_at_start_with_one_line(
     assert "Traceback" not in small.stderr and "Bus error" not in small.stderr
     size = re.search(r"--shm-size=(\d+g)", lines[-1]).group(1)
 
-    name = "tpu-xla-shm-" + uuid.uuid4().hex[:8]
-    docker("run", "-d", "--name", name, "--network", "none", "--shm-size", size,
-           *(mounts + env), images["pjrt"], *args)
-    try:
-        wait_for_log(name, "data plan: ")  # logged once the reader and its check are done
-        docker("stop", name, timeout=120)
-        code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
-        logs = docker("logs", name)
-    finally:
-        docker("rm", "-f", name, check=False)
-    assert code == "143", logs.stderr
+    # "data plan:" is logged once the reader and its check are done.
+    logs = stop_when_logged(["--network", "none", "--shm-size", size] + mounts + env
+                            + [images["pjrt"]] + args, "data plan: ")
+    assert logs.code == 143, logs.stderr
     assert "shared memory" not in logs.stderr

@@ -3,10 +3,9 @@ image and run as the page shows: 4 XLA CPU devices, `docker stop` mid-training l
 checkpoint and exit 143, and the next run resumes from it and finishes."""
 
 import re
-import uuid
 
 from conftest import REPO
-from containers import docker, wait_for_log
+from containers import docker, stop_when_logged
 
 EXAMPLE = REPO / "docs" / "examples" / "own-code"
 OWN_IMAGE = "tpu-xla-own-code:test"
@@ -19,16 +18,9 @@ def test_the_guides_example_checkpoints_on_docker_stop_and_resumes(images, tmp_p
     ckpt.mkdir()
     run = ["-e", "CPU_NUM_DEVICES=4", "-e", "AIP_CHECKPOINT_DIR=/ckpt",
            "-v", "{}:/ckpt".format(ckpt)]
-    name = "tpu-xla-rehearsal-" + uuid.uuid4().hex[:8]
-    docker("run", "-d", "--name", name, "--network", "none", *run, OWN_IMAGE, "--steps=100000")
-    try:
-        wait_for_log(name, "step 20 ")
-        docker("stop", name, timeout=120)
-        code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
-        logs = docker("logs", name)
-    finally:
-        docker("rm", "-f", name, check=False)
-    assert code == "143", logs.stderr
+    logs = stop_when_logged(["--network", "none"] + run + [OWN_IMAGE, "--steps=100000"],
+                            "step 20 ")
+    assert logs.code == 143, logs.stderr
     assert "launcher: hand-over: dumb-init (PID 1) runs the command" in logs.stderr
     stopped = re.search(r"stopped by SIGTERM at step (\d+): checkpoint saved", logs.stdout)
     assert stopped, logs.stdout + logs.stderr

@@ -5,9 +5,6 @@ orphans are reaped, exit codes pass through, and the init holds little memory ev
 launcher imported TensorFlow to resolve a TPU node. The script is tests/user_command.py, which
 tests/launcher/test_pid1.py also runs in a PID namespace without Docker."""
 
-import time
-import uuid
-
 import pytest
 
 import fake_cloud_tpu as fake
@@ -16,9 +13,8 @@ from containers import (
     RUNTIMES,
     TESTS_IN_CONTAINER,
     container_environ,
-    docker,
     run_container,
-    wait_for_log,
+    stop_when_logged,
 )
 
 SCRIPT = ["--", "python", TESTS_IN_CONTAINER + "/user_command.py"]
@@ -28,28 +24,16 @@ RUNTIME_ENV = {"xrt": {"LAUNCHER_XLA_RUNTIME": "xrt"}, "pjrt": {}}
 INIT_RSS_GOAL_KB = 30 * 1024  # issue 27: under 30 MB resident while the command runs
 
 
-def start_detached(image, runtime, *args, volumes=None):
-    """``docker run -d`` of the image's entrypoint with ``-- python user_command.py ARGS``;
-    returns the container's name once the script printed "ready"."""
-    name = "tpu-xla-user-" + uuid.uuid4().hex[:8]
-    mounts = ["-v", "{}:{}:ro".format(str(TESTS), TESTS_IN_CONTAINER)]
+def stop_script(image, runtime, *args, volumes=None):
+    """The image's entrypoint with ``-- python user_command.py ARGS``, stopped by ``docker
+    stop`` once the script printed "ready"."""
+    mounts = ["-v", "{}:{}:ro".format(TESTS, TESTS_IN_CONTAINER)]
     for host_path, container_path in (volumes or {}).items():
         mounts += ["-v", "{}:{}".format(host_path, container_path)]
     env = [item for key, value in RUNTIME_ENV[runtime].items()
            for item in ("-e", "{}={}".format(key, value))]
-    docker("run", "-d", "--name", name, "--network", "none", *(mounts + env), image,
-           *(SCRIPT + list(args)))
-    wait_for_log(name, "ready", timeout=120)
-    return name
-
-
-def stop(name):
-    """``docker stop`` (SIGTERM, SIGKILL 30 s later); returns (exit code, seconds taken)."""
-    started = time.monotonic()
-    docker("stop", "--time", "30", name, timeout=120)
-    seconds = time.monotonic() - started
-    code = int(docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout)
-    return code, seconds
+    return stop_when_logged(["--network", "none"] + mounts + env + [image] + SCRIPT
+                            + list(args), "ready", timeout=120)
 
 
 def run_script(image, runtime, *args, env=None):
@@ -60,24 +44,16 @@ def run_script(image, runtime, *args, env=None):
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_docker_stop_ends_a_script_without_a_handler_within_5s_with_143(images, runtime):
-    name = start_detached(images[runtime], runtime, "sleep")
-    try:
-        code, seconds = stop(name)
-    finally:
-        docker("rm", "-f", name, check=False)
-    assert code == 143 and seconds < 5.0, (code, seconds)
+    stopped = stop_script(images[runtime], runtime, "sleep")
+    assert stopped.code == 143 and stopped.seconds < 5.0, stopped
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_handler_runs_on_docker_stop_and_its_code_is_the_containers(images, runtime,
                                                                      tmp_path):
-    name = start_detached(images[runtime], runtime, "handler", "/out/saved", "7",
+    stopped = stop_script(images[runtime], runtime, "handler", "/out/saved", "7",
                           volumes={str(tmp_path): "/out"})
-    try:
-        code, seconds = stop(name)
-    finally:
-        docker("rm", "-f", name, check=False)
-    assert (code, seconds < 5.0) == (7, True)
+    assert (stopped.code, stopped.seconds < 5.0) == (7, True), stopped
     assert (tmp_path / "saved").read_text() == "checkpoint\n"
 
 

@@ -5,9 +5,8 @@ real XLA CPU device (torch_xla 2.9) inside the container."""
 
 import json
 import re
-import uuid
 
-from containers import docker, run_container, wait_for_log
+from containers import run_container, stop_when_logged
 
 # Vertex AI's variable for a CPU worker pool (PLATFORM.md section 4): no TPU expected.
 CLUSTER_SPEC = json.dumps({
@@ -63,19 +62,11 @@ def test_job_dir_on_gcs(images, gcs, gcs_server):
 
 
 def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes(images, tmp_path):
-    name = "tpu-xla-stop-" + uuid.uuid4().hex[:8]
     args = ["--fake_data", "--num_epochs=1", "--num_steps=5000", "--log_steps=5",
             "--batch_size=16", "--job-dir=/job"]
-    docker("run", "-d", "--name", name, "--network", "none", "-v",
-           "{}:/job".format(tmp_path), images["pjrt"], *args)
-    try:
-        wait_for_log(name, "step 10/")
-        docker("stop", "--time", "60", name, timeout=120)
-        code = docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
-        logs = docker("logs", name)
-    finally:
-        docker("rm", "-f", name, check=False)
-    assert code == "143", logs.stderr
+    logs = stop_when_logged(["--network", "none", "-v", "{}:/job".format(tmp_path),
+                             images["pjrt"]] + args, "step 10/", stop_after=60)
+    assert logs.code == 143, logs.stderr
     stopped = re.search(r"stopped by SIGTERM at step (\d+)", logs.stderr + logs.stdout)
     assert stopped, logs.stderr
     step = int(stopped.group(1))

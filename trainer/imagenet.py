@@ -9,18 +9,19 @@ reach the devices as uint8 and are normalized there (``trainer.data.images``).
 
 from __future__ import annotations
 
-from trainer import stop_signal
+from trainer import startup, stop_signal
 
 if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
+    startup.pause_collector()  # until the imports are done (trainer.startup)
 
 import logging
 from typing import Any, Dict, List, Optional
 
 import torch
 
-import trainer.xla  # noqa: F401  (first of ours, at a fixed point: see trainer.xla)
+import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices
 from trainer.batches import DataSource, FakeSource
 from trainer.cli import exit_process, run_main
@@ -30,6 +31,10 @@ from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
 log = logging.getLogger("trainer")
+
+if __name__ == "__main__":
+    startup.freeze_imports()
+
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
           "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2")
 NUM_CLASSES = 1000

@@ -11,11 +11,12 @@ device, four devices (a global batch of 256) get 155 steps in 5 epochs and reach
 
 from __future__ import annotations
 
-from trainer import stop_signal
+from trainer import startup, stop_signal
 
 if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
+    startup.pause_collector()  # until the imports are done (trainer.startup)
 
 from typing import Any, Dict, List, Optional
 
@@ -23,13 +24,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import trainer.xla  # noqa: F401  (first of ours, at a fixed point: see trainer.xla)
+import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices, mnist_data
 from trainer.batches import DataSource, FakeSource, TensorSource
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
+
+if __name__ == "__main__":
+    startup.freeze_imports()
 
 # Fake data: as many steps as the real training set would give at this batch size.
 FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 60000, 10000

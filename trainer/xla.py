@@ -3,19 +3,8 @@
 path is decided here (``step_path``), and the device facts behind ``trainer.devices`` (how
 many devices, which process of how many, the SPMD mesh and batch sharding) are read here.
 
-Each trainer's entry module (``trainer.mnist``, ``trainer.imagenet``) imports this module
-itself, right after torch and before any other trainer module, so that torch_xla is imported
-at one fixed point of the call stack, whatever the trainer's other modules import. That point
-matters on CPython 3.11 to 3.13.0: they keep the frames of Python calls in 16 KiB chunks and
-unmap a chunk as soon as the call that opened it returns (python/cpython#142183, fixed
-upstream in 2026 with a one-chunk cache), so a loop whose calls each open a new chunk maps and
-unmaps one per call (about 7 us a call). Importing torch_xla runs torch's hipify module, which
-builds its CUDA-to-HIP tries with 133,000 calls; when ``trainer.devices`` became the first
-module to import this one, two more import frames put that loop on a chunk edge: 133,000
-mmap/munmap pairs, about a second of every start-up. The images' Pythons (3.7, 3.10) have no
-chunks. A fixed point is not a safe one for good (a torch upgrade can put a loop on an edge
-again): ``tests/trainer/test_startup.py`` checks the import point and bounds the start-up's
-mmap calls, and ``bench/startup.py`` prints them."""
+Each trainer's entry module imports this module itself, before its other modules
+(``trainer.startup`` says why)."""
 
 from __future__ import annotations
 

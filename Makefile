@@ -200,9 +200,9 @@ lint: $(STAMP)
 		cloudbuild.yaml config .hadolint.yaml
 	for f in config/*.yaml; do $(PY) -m jobspec check $$f --image gcr.io/p/i:t || exit 1; done
 
-## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer throughput, lazy vs compiled steps, cold vs
-## warm compile cache, SPMD over 1/2/4 CPU devices, and the ImageNet input pipeline on real
-## photographs (bench/*.py; about 45 minutes on 2 cores). bench/spmd.py --reference-examples
+## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer
+## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
+## and the ImageNet input pipeline on real photographs (bench/*.py; about 45 minutes on 2 cores). bench/spmd.py --reference-examples
 ## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py

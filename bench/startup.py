@@ -7,7 +7,7 @@ line and to the end of its first training step (the step's log line), the median
 run. Then the same process once more under ``strace -f -c``: its mmap, munmap and total system
 calls (start-up, one training and one evaluation step, a checkpoint; nearly all of them
 start-up), or why none were counted. A loop that maps a frame chunk on every call shows as
-over 100,000 mmap calls (trainer/xla.py). About a minute on 2 cores.
+over 100,000 mmap calls (trainer/startup.py). About a minute on 2 cores.
 """
 
 from __future__ import annotations

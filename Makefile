@@ -204,6 +204,7 @@ lint: $(STAMP)
 ## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
+	$(PY) bench/startup.py
 	$(PY) bench/trainer.py
 	$(PY) bench/step_paths.py
 	$(PY) bench/spmd.py

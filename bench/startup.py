@@ -1,0 +1,91 @@
+"""Trainer start-up on the XLA CPU device (run: make bench, or python bench/startup.py
+[--runs N]).
+
+The one-device, host-bound MNIST run (fake data, batch 8) as a whole process, as the launcher
+execs it, ``--runs`` times (default 5): seconds from process start to the trainer's first log
+line and to the end of its first training step (the step's log line), the median and each
+run. Then the same process once more under ``strace -f -c``: its mmap, munmap and total system
+calls (start-up, one training and one evaluation step, a checkpoint; nearly all of them
+start-up), or why none were counted. A loop that maps a frame chunk on every call shows as
+over 100,000 mmap calls (trainer/startup.py). About a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+import syscalls  # noqa: E402
+
+FLAGS = ["--fake_data", "--batch_size=8", "--num_epochs=1", "--num_steps=1", "--log_steps=1"]
+FIRST_STEP = "trainer: step 1/"  # the first step's log line: printed once it has finished
+
+
+def trainer_argv(job_dir: str) -> List[str]:
+    return [sys.executable, "-m", "trainer.mnist", "--job_dir=" + job_dir] + FLAGS
+
+
+def environ() -> dict:
+    return dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
+
+
+def timed_start() -> Tuple[float, float]:
+    """(seconds to the first log line, seconds to the end of the first step) of one run."""
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as job:
+        start = time.perf_counter()
+        process = subprocess.Popen(trainer_argv(job), cwd=str(REPO), env=environ(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first_line = first_step = None
+        for line in process.stdout:
+            now = time.perf_counter() - start
+            first_line = now if first_line is None else first_line
+            if FIRST_STEP in line:
+                first_step = now
+        _, err = process.communicate()
+        if process.returncode != 0 or first_step is None:
+            raise SystemExit("trainer.mnist failed ({}): {}".format(process.returncode,
+                                                                    err[-2000:]))
+        return first_line, first_step
+
+
+def counted_calls() -> str:
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as job:
+        try:
+            result, counts = syscalls.count(trainer_argv(job), cwd=str(REPO), env=environ(),
+                                            capture_output=True, text=True)
+        except syscalls.StraceUnavailable as error:
+            return "not counted: {}".format(error)
+    if result.returncode != 0:
+        raise SystemExit("trainer.mnist under strace failed: " + result.stderr[-2000:])
+    return "mmap {}, munmap {}, total {}".format(counts.get("mmap", 0),
+                                                 counts.get("munmap", 0), counts["total"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    runs = [timed_start() for _ in range(args.runs)]
+    print("MNIST start-up, 1 CPU device, fake data, batch 8 (Python {}, {} runs)".format(
+        sys.version.split()[0], args.runs))
+    for label, column in (("first log line", 0), ("first training step", 1)):
+        values = [run[column] for run in runs]
+        print("  {:<38} {:.2f} s median ({})".format(
+            "process start -> " + label, statistics.median(values),
+            ", ".join("{:.2f}".format(v) for v in values)))
+    print("  {:<38} {}".format("system calls (strace -f -c)", counted_calls()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -260,7 +260,8 @@ lock-images: $(STAMP)
 
 ## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
 ## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and
-## jobspec/images.py then name NAME:TAG@sha256:..., and a base that changed fails the build.
+## jobspec/images.py then name NAME:TAG@sha256:..., which Docker pulls by the digest alone (the
+## tag is ignored): a tag pushed again changes nothing until pin-bases runs again.
 pin-bases: $(STAMP)
 	DOCKER=$(DOCKER) $(PY) -m imagebuild.pin_bases
 

@@ -9,13 +9,15 @@ variable fails the block. The environment is clean, with these on ``PATH``:
 - ``docker``, ``gcloud``, ``gsutil``, ``kubectl``: recorders that log their argv and succeed.
   What they would do needs an engine, a Google account or a cluster; the container tier runs
   the real engine (``tests/images``), and ``test_makefile`` checks the argv make gives them.
-- ``make``: the real make, never remaking ``.venv``. Targets that only drive those tools
+- ``make``: the real make, never remaking ``.venv``, given only variables the Makefile names
+  (``[RUNTIME=pjrt]`` or a misspelt ``PROJEC=p`` fails). Targets that only drive those tools
   (``SHIMMED_TARGETS``) run for real, so required variables are enforced and job files are
   rendered and validated by ``python -m jobspec``; every other target (``run``, ``test``,
   ``standin-base``: minutes of work) runs as ``make -n``, which still fails on an unknown
   target or a missing required variable.
-- ``python``: a stub that fails, because a page must name the interpreter (``.venv/bin/python``
-  here; the image's ``python`` only inside a container).
+- ``python``: a stub that fails and is recorded, because a page must name the interpreter
+  (``.venv/bin/python`` here; the image's ``python`` only inside a container). A block that
+  called it fails even where its status was lost (``eval "$(python ...)"`` succeeds).
 """
 
 from __future__ import annotations
@@ -46,11 +48,17 @@ SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "su
                    "submit-vertex", "local-run", "sbom")
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
 MAKE_WRAPPER = """#!/bin/sh
-# The real make; targets other than {shimmed} only as a dry run (make -n).
+# The real make, with variables the Makefile names; targets other than {shimmed} only as a
+# dry run (make -n).
 dry=
 for arg in "$@"; do
   case "$arg" in
-    -*|*=*) ;;
+    -*) ;;
+    *=*)
+      name="${{arg%%=*}}"
+      case "$name" in ""|*[!A-Za-z0-9_]*) echo "make: $arg is no variable" >&2; exit 2 ;; esac
+      grep -qw -- "$name" Makefile || {{ echo "make: the Makefile has no $name" >&2; exit 2; }}
+      ;;
     {pattern}) ;;
     *) dry=-n ;;
   esac
@@ -58,6 +66,7 @@ done
 exec {make} -o .venv/.installed $dry "$@"
 """
 PYTHON_STUB = """#!/bin/sh
+printf "%s\\n" "python $*" >> "{log}"
 echo "python: no such interpreter for a reader: name .venv/bin/python" >&2
 exit 127
 """
@@ -74,7 +83,7 @@ def shell(tmp_path_factory):
     scripts["make"] = MAKE_WRAPPER.format(shimmed=", ".join(SHIMMED_TARGETS),
                                           pattern="|".join(SHIMMED_TARGETS),
                                           make=shutil.which("make"))
-    scripts["python"] = PYTHON_STUB
+    scripts["python"] = PYTHON_STUB.format(log=log)
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -107,9 +116,11 @@ RUNNABLE = [block for block in shell_blocks()
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.name)
 def test_the_block_runs_as_written(shell, block):
-    result, _ = shell(block.text)
+    result, calls = shell(block.text)
     assert result.returncode == 0, "{} failed ({}):\n{}\n{}".format(
         block.name, result.returncode, block.text, result.stderr[-3000:])
+    assert not [call for call in calls if call.startswith("python ")], \
+        "{} runs a bare python: {}".format(block.name, calls)
 
 
 @pytest.mark.parametrize("marker", sorted(NOT_HERE))
@@ -144,6 +155,8 @@ def test_a_block_that_drifted_fails(shell):
         ("make no-such-target\n", "No rule to make target 'no-such-target'"),
         ("make test-images-please\n", "No rule to make target"),
         ("make build RUNTIME=pjrt\n", "PROJECT is not set"),
+        ("make push PROJECT=p [RUNTIME=pjrt]\n", "[RUNTIME=pjrt] is no variable"),
+        ("make build PROJEC=p\n", "the Makefile has no PROJEC"),
         ('exports="$(python -m launcher --dry-run)" && eval "$exports"\nmake -n run\n',
          "python: no such interpreter"),
         ("docker push $IMAGE\n", "IMAGE: unbound variable"),

@@ -41,6 +41,17 @@ def commands(text: str) -> Iterator[str]:
         logical = ""
 
 
+def checked(text: str) -> str:
+    """A bash script running the commands of ``text`` that stops at the first one that fails
+    (``a && b`` included, which ``set -e`` would let pass) or uses an unset variable, with
+    its status and a line naming it."""
+    script = ["set -u"]
+    for number, command in enumerate(commands(text), 1):
+        script += [command, "status=$?; if [ $status != 0 ]; then echo \"command {} of the "
+                   "block failed ($status)\" >&2; exit $status; fi".format(number)]
+    return "\n".join(script) + "\n"
+
+
 def shell_blocks(pages: List[Path] = PAGES) -> List[Block]:
     """Every shell block of ``pages``, in page order."""
     found = []

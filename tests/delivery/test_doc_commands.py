@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_environ
-from doc_blocks import block_containing, commands, shell_blocks
+from doc_blocks import block_containing, checked, shell_blocks
 
 # Blocks that cannot run here, each found by a text only it holds: why, and what checks it.
 NOT_HERE = {
@@ -98,16 +98,6 @@ def shell(tmp_path_factory):
         return result, log.read_text().splitlines()
 
     return run
-
-
-def checked(text: str) -> str:
-    """A script running the commands of ``text`` that stops at the first one that fails, with
-    its status and a line naming it."""
-    script = ["set -u"]
-    for number, command in enumerate(commands(text), 1):
-        script += [command, "status=$?; if [ $status != 0 ]; then echo \"command {} of the "
-                   "block failed ($status)\" >&2; exit $status; fi".format(number)]
-    return "\n".join(script) + "\n"
 
 
 RUNNABLE = [block for block in shell_blocks()

@@ -165,7 +165,8 @@ cloudbuild:
 	$(GCLOUD) builds submit --project $(PROJECT) --region $(REGION) --config cloudbuild.yaml \
 		--substitutions _RUNTIME=$(RUNTIME),_BASE_IMAGE=$(BASE_IMAGE),_IMAGE_URI=$(IMAGE_URI) .
 
-## check-job: fill the image (and JOB_ARGS for Vertex) into CONFIG, validate it offline.
+## check-job: fill the image (and JOB_ARGS and BASE_OUTPUT_DIR for Vertex) into CONFIG, validate
+## it offline.
 check-job: $(STAMP)
 	$(call require,PROJECT)
 	mkdir -p build

@@ -27,18 +27,32 @@ class Block(NamedTuple):
         return "{}:{}".format(self.page, self.line)
 
 
+_HEREDOC = re.compile(r"""<<-?\s*(['"]?)(\w+)\1""")
+
+
 def commands(text: str) -> Iterator[str]:
     """The commands of a block, one per logical line (a line ending in a backslash continues
-    on the next), without blank and comment lines."""
-    logical = ""
+    on the next, a here-document runs to its end word), without blank and comment lines."""
+    logical, until = "", None
     for line in text.splitlines():
+        if until is not None:
+            logical += line + "\n"
+            if line.strip() == until:
+                yield logical.rstrip("\n")
+                logical, until = "", None
+            continue
         if line.endswith("\\"):
             logical += line + "\n"
             continue
         logical += line
-        if logical.strip() and not logical.lstrip().startswith("#"):
+        heredoc = _HEREDOC.search(line)
+        if heredoc:
+            logical, until = logical + "\n", heredoc.group(2)
+        elif logical.strip() and not logical.lstrip().startswith("#"):
             yield logical
-        logical = ""
+            logical = ""
+        else:
+            logical = ""
 
 
 def checked(text: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_environ
-from doc_blocks import block_containing, checked, shell_blocks
+from doc_blocks import block_containing, checked, commands, shell_blocks
 
 # Blocks that cannot run here, each found by a text only it holds: why, and what checks it.
 NOT_HERE = {
@@ -193,3 +193,15 @@ def test_make_shards_takes_its_flags(shell):
     flags = [word.split("=")[0] for word in block.text.split() if word.startswith("--")]
     assert flags == ["--source", "--dest", "--data_dir"]
     assert all(flag in result.stdout for flag in flags[:2]), result.stdout
+
+
+def test_a_block_splits_into_the_commands_a_shell_runs():
+    text = ("# a comment\nA=1\nmake x \\\n  Y=2\n\nkubectl apply -f - <<'EOF'\nkind: Job\n"
+            "EOF\necho done  # says done\n")
+    assert list(commands(text)) == ["A=1", "make x \\\n  Y=2",
+                                    "kubectl apply -f - <<'EOF'\nkind: Job\nEOF",
+                                    "echo done  # says done"]
+    result = subprocess.run(["bash", "-c", checked("true\nfalse && true\necho never\n")],
+                            capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert "command 2 of the block failed (1)" in result.stderr

@@ -39,6 +39,7 @@ def test_the_guides_rehearsal_block_checkpoints_on_docker_stop_and_resumes(image
         docker("rm", "-f", "rehearsal", check=False)
         docker("rmi", image, base, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^exit 143$", result.stdout, re.MULTILINE), result.stdout  # 128+SIGTERM
     assert "launcher: hand-over: dumb-init (PID 1) runs the command" in result.stderr
     stopped = re.search(r"^stopped by SIGTERM at step (\d+): checkpoint saved$", result.stdout,
                         re.MULTILINE)

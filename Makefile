@@ -33,6 +33,9 @@ JOB_NAME := $(JOB_NAME)
 CONFIG ?= config/ai-platform-tpu-v3.yaml
 VERTEX_CONFIG ?= config/vertex-tpu-v5e.yaml
 JOB_DIR ?=
+# Vertex AI: the job's output directory (gs://BUCKET/DIR), which the Vertex templates require:
+# the container gets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR under it.
+BASE_OUTPUT_DIR ?=
 # The trainer's arguments, written as for a shell (quotes and backslashes; no expansions): they
 # reach the trainer's argv word for word on both paths (`python -m jobspec` splits them).
 # Taken as written ($(value)): make must not expand a `$` in them either.
@@ -42,10 +45,15 @@ export JOB_ARGS
 RENDERED := build/$(JOB_NAME).yaml
 DOCKER ?= docker
 GCLOUD ?= gcloud
-# The seed's fake platform variables for local rehearsal; point LOCAL_TPU_CONFIG at a TPU you
-# can reach to resolve a real one.
+# The platform variables of `make local-run`: for xrt a TF_CONFIG like the seed's and a TPU_CONFIG
+# naming TPU_NODE in TPU_ZONE of PROJECT (LOCAL_TPU_CONFIG replaces it whole), for pjrt
+# Vertex AI's CLUSTER_SPEC.
 LOCAL_TF_CONFIG ?= {"cluster":{"master":["127.0.0.1:2222"]},"environment":"cloud","task":{"type":"master","index":0}}
-LOCAL_TPU_CONFIG ?= {"project": "YOUR_PROJECT", "zone": "us-central1-b", "tpu_node_name": "YOUR_TPU"}
+TPU_ZONE ?= us-central1-b
+TPU_NODE ?=
+LOCAL_TPU_CONFIG ?= {"project": "$(PROJECT)", "zone": "$(TPU_ZONE)", "tpu_node_name": "$(TPU_NODE)"}
+# Vertex AI's variable for a CPU worker pool (the container sees no TPU chips here).
+LOCAL_CLUSTER_SPEC ?= {"cluster":{"workerpool0":["localhost:2222"]},"environment":"cloud","task":{"type":"workerpool0","index":0,"trial":""},"job":{"workerPoolSpecs":[{"machineSpec":{"machineType":"n1-standard-4"},"replicaCount":"1"}]}}
 
 comma := ,
 require = $(if $(strip $($(1))),,$(error $(1) is not set: make $@ $(1)=...))
@@ -157,12 +165,14 @@ cloudbuild:
 	$(GCLOUD) builds submit --project $(PROJECT) --region $(REGION) --config cloudbuild.yaml \
 		--substitutions _RUNTIME=$(RUNTIME),_BASE_IMAGE=$(BASE_IMAGE),_IMAGE_URI=$(IMAGE_URI) .
 
-## check-job: fill the image (and JOB_ARGS for Vertex) into CONFIG, validate it offline.
+## check-job: fill the image (and JOB_ARGS and BASE_OUTPUT_DIR for Vertex) into CONFIG, validate
+## it offline.
 check-job: $(STAMP)
 	$(call require,PROJECT)
 	mkdir -p build
 	$(PY) -m jobspec check $(CONFIG) --image $(IMAGE_URI) --region $(REGION) \
-		--base-image $(BASE_IMAGE) --container-args="$$JOB_ARGS" --write $(RENDERED)
+		--base-image $(BASE_IMAGE) --container-args="$$JOB_ARGS" --write $(RENDERED) \
+		$(if $(BASE_OUTPUT_DIR),--base-output-dir "$(BASE_OUTPUT_DIR)")
 
 ## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31).
 submit: check-job
@@ -170,23 +180,33 @@ submit: check-job
 		--project $(PROJECT) --region $(REGION) --config $(RENDERED) \
 		$(if $(JOB_DIR),--job-dir $(JOB_DIR)) --
 
-## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt).
+## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt);
+## BASE_OUTPUT_DIR=gs://BUCKET/DIR is where its outputs and checkpoints go.
 submit-vertex: CONFIG = $(VERTEX_CONFIG)
 submit-vertex: RUNTIME = pjrt
 submit-vertex: check-job
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
 		--display-name $(JOB_NAME) --config $(RENDERED)
 
-## local-run: rehearse in the image with the entrypoint overridden and fake platform variables,
-## as the original article did; --dry-run prints what the launcher would export and run.
+## local-run: rehearse in the built image (IMAGE_URI) with the entrypoint overridden and the
+## platform's variables, as the original article did; --dry-run prints what the launcher would
+## export and run. RUNTIME=pjrt: Vertex AI's CLUSTER_SPEC for a CPU pool (no TPU, no network
+## needed). RUNTIME=xrt: the TPU node TPU_NODE (in TPU_ZONE, PROJECT), which the launcher
+## resolves: that needs the node, the network and Google credentials in the container.
 ## DOCKER_RUN_ARGS adds docker run options (e.g. --network host -e TPU_API_DISCOVERY_URL=...).
 ## JOB_ARGS reach the launcher word for word, as on the platforms (`python -m jobspec exec`).
 DOCKER_RUN_ARGS ?=
+LOCAL_ENV_xrt = -e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)'
+LOCAL_ENV_pjrt = -e CLUSTER_SPEC='$(LOCAL_CLUSTER_SPEC)'
+# xrt resolves a real TPU node: without TPU_NODE (or a LOCAL_TPU_CONFIG of one's own) the
+# launcher could only refuse the empty name.
+local_run_needs_tpu = $(and $(filter xrt,$(RUNTIME)),$(filter file,$(origin LOCAL_TPU_CONFIG)),$(if $(strip $(TPU_NODE)),,1))
 local-run: $(STAMP)
+	$(call check_runtime)
 	$(call require,PROJECT)
+	$(if $(local_run_needs_tpu),$(error TPU_NODE is not set: make local-run RUNTIME=xrt TPU_NODE=NAME resolves that TPU node; RUNTIME=pjrt rehearses without a TPU))
 	$(PY) -m jobspec exec $(DOCKER) run --rm --shm-size 16G --entrypoint python \
-		$(DOCKER_RUN_ARGS) -e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
-		$(IMAGE_URI) -m launcher --dry-run
+		$(DOCKER_RUN_ARGS) $(LOCAL_ENV_$(RUNTIME)) $(IMAGE_URI) -m launcher --dry-run
 
 ## lint: ruff, vermin (Python 3.7 in the image code and the SBOM writer), hadolint, check-jsonschema, yamllint.
 lint: $(STAMP)
@@ -198,7 +218,10 @@ lint: $(STAMP)
 	$(PY) -m jobspec cloudbuild cloudbuild.yaml
 	$(VENV)/bin/yamllint -s -d '{extends: default, rules: {line-length: {max: 100}, document-start: disable}}' \
 		cloudbuild.yaml config .hadolint.yaml
-	for f in config/*.yaml; do $(PY) -m jobspec check $$f --image gcr.io/p/i:t || exit 1; done
+	for f in config/*.yaml; do \
+	  case $$f in config/vertex-*) out="--base-output-dir gs://my-bucket/out" ;; *) out= ;; esac; \
+	  $(PY) -m jobspec check $$f --image gcr.io/p/i:t $$out || exit 1; \
+	done
 
 ## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
@@ -238,7 +261,8 @@ lock-images: $(STAMP)
 
 ## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
 ## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and
-## jobspec/images.py then name NAME:TAG@sha256:..., and a base that changed fails the build.
+## jobspec/images.py then name NAME:TAG@sha256:..., which Docker pulls by the digest alone (the
+## tag is ignored): a tag pushed again changes nothing until pin-bases runs again.
 pin-bases: $(STAMP)
 	DOCKER=$(DOCKER) $(PY) -m imagebuild.pin_bases
 

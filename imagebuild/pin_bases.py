@@ -5,9 +5,10 @@ A base is named in four places that must agree (tests/delivery): the Makefile's
 ``BASE_IMAGE_xrt``/``BASE_IMAGE_pjrt``, the Dockerfile's default, cloudbuild.yaml's defaults
 and the pairing table in jobspec/images.py. For each profile this pulls ``NAME:TAG`` with the
 user's registry access, reads the digest the registry answered (``RepoDigests``) and rewrites
-every reference to that base in the four files as ``NAME:TAG@sha256:...``. Docker then builds
-from exactly that image, and a build whose base no longer has that digest fails. Run it again
-to move the pins (a new digest of the same tag).
+every reference to that base in the four files as ``NAME:TAG@sha256:...``. Docker then pulls
+and builds that image by its digest alone: the tag in the reference is ignored (it is there for
+readers), so a tag pushed again changes nothing, and only a digest the registry no longer
+serves fails the build. Run it again to move the pins (a new digest of the same tag).
 """
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ A legacy AI Platform job (``trainingInput``, for ``gcloud ai-platform jobs submi
 --config``) is walked against ``ml.v1``'s ``Job`` and a Vertex AI ``CustomJobSpec``
 (``workerPoolSpecs``, for ``gcloud ai custom-jobs create --config``) against
 ``aiplatform.v1`` (``jobspec.shape``); the TPU rules come on top (``jobspec.rules``), then
-image URIs and unfilled template placeholders. ``check_pairing`` compares the image's base
+image URIs, a Vertex job's output directory and unfilled template placeholders.
+``check_pairing`` compares the image's base
 with the platform and ``tpuTfVersion`` (the pairing table in ``jobspec.images``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec.api import ML, VERTEX
@@ -22,6 +24,12 @@ from jobspec.shape import check_shape
 # packageUris and pythonModule are for Python packages, not containers.
 _GCLOUD_SUPPLIED = frozenset(("jobId", "region", "packageUris", "pythonModule"))
 _PLACEHOLDERS = ("YOUR_", "YOUR-", "PROJECT_ID", "<", ">", "${", "PLACEHOLDER", "CHANGE_ME")
+# Where a Vertex AI job's outputs go: a Cloud Storage bucket (3-63 characters of lower-case
+# letters, digits, dots, hyphens and underscores) and an optional folder.
+_OUTPUT_DIR = "baseOutputDirectory.outputUriPrefix"
+_GCS_URI = re.compile(r"gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?")
+_OUTPUT_DIR_FIX = ("give the job's output directory: make submit-vertex "
+                   "BASE_OUTPUT_DIR=gs://BUCKET/DIR (jobspec check --base-output-dir)")
 
 
 def check_job(job: Any, region: Optional[str] = None) -> List[Finding]:
@@ -101,7 +109,7 @@ def _check_vertex(spec: Dict[str, Any], region: Optional[str]) -> List[Finding]:
         container = pool.get("containerSpec")
         findings += _image(container.get("imageUri") if isinstance(container, dict)
                            else None, path + ".containerSpec.imageUri")
-    return findings + region_advice(region, "--region")
+    return findings + _output_directory(spec) + region_advice(region, "--region")
 
 
 def _image(uri: Any, path: str) -> List[Finding]:
@@ -114,6 +122,28 @@ def _image(uri: Any, path: str) -> List[Finding]:
     return []
 
 
+def _output_directory(spec: Dict[str, Any]) -> List[Finding]:
+    """A Vertex job's ``baseOutputDirectory``: when the job has one, a ``gs://`` URI, since
+    Vertex AI derives ``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` and
+    ``AIP_TENSORBOARD_LOG_DIR`` from it. The templates carry a placeholder there, so a job
+    made from them cannot be submitted without one (its checkpoints would stay in the
+    container, lost on the restart they are for); a job file without the field is the user's
+    choice (e.g. ``--job_dir`` in the arguments)."""
+    directory = spec.get("baseOutputDirectory")
+    if not isinstance(directory, dict):  # absent, or the wrong type (jobspec.shape says so)
+        return []
+    uri = directory.get("outputUriPrefix")
+    if not uri:
+        return [Finding(ERROR, _OUTPUT_DIR, "is missing", _OUTPUT_DIR_FIX)]
+    if isinstance(uri, str) and "YOUR_" in uri:
+        return [Finding(ERROR, _OUTPUT_DIR, "{!r} is a template placeholder".format(uri),
+                        _OUTPUT_DIR_FIX)]
+    if not isinstance(uri, str) or not _GCS_URI.fullmatch(uri):
+        return [Finding(ERROR, _OUTPUT_DIR, "{!r} is not a Cloud Storage URI (gs://BUCKET/DIR)"
+                        .format(uri), _OUTPUT_DIR_FIX)]
+    return []
+
+
 def _placeholders(value: Any, path: str) -> List[Finding]:
     """Template values left unfilled anywhere else in the file (buckets, arguments)."""
     if isinstance(value, dict):
@@ -121,8 +151,10 @@ def _placeholders(value: Any, path: str) -> List[Finding]:
     if isinstance(value, list):
         return [f for index, item in enumerate(value)
                 for f in _placeholders(item, "{}[{}]".format(path, index))]
-    # Image URIs are checked (and reported) by _image.
-    if isinstance(value, str) and "YOUR_" in value and not path.endswith("imageUri"):
+    # Image URIs and the output directory are checked (and reported) by _image and
+    # _output_directory.
+    if isinstance(value, str) and "YOUR_" in value and not path.endswith("imageUri") \
+            and path != _OUTPUT_DIR:
         return [Finding(ERROR, path, "{!r} is a template placeholder".format(value),
                         "replace it with your value")]
     return []
@@ -132,6 +164,14 @@ def set_container_args(job: Dict[str, Any], args: List[str]) -> None:
     """Vertex AI: the job's arguments (they reach the launcher, then the trainer)."""
     for _, pool in worker_pools(job):
         pool.setdefault("containerSpec", {})["args"] = list(args)
+
+
+def set_base_output_dir(job: Dict[str, Any], uri: str) -> None:
+    """Vertex AI: where the job's outputs go (``baseOutputDirectory.outputUriPrefix``)."""
+    directory = job.get("baseOutputDirectory")
+    if not isinstance(directory, dict):
+        directory = job["baseOutputDirectory"] = {}
+    directory["outputUriPrefix"] = uri
 
 
 def set_image(job: Dict[str, Any], image: str) -> None:

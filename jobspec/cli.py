@@ -1,11 +1,13 @@
 """``python -m jobspec check FILE [--image URI] [--base-image B] [--region R]
-[--container-args TEXT] [--write OUT]``, ``python -m jobspec cloudbuild FILE`` and
-``python -m jobspec exec COMMAND...`` (runs COMMAND with the words of ``$JOB_ARGS`` appended).
+[--container-args TEXT] [--base-output-dir gs://...] [--write OUT]``,
+``python -m jobspec cloudbuild FILE`` and ``python -m jobspec exec COMMAND...`` (runs COMMAND
+with the words of ``$JOB_ARGS`` appended).
 
 ``check`` fills ``--image`` into the job's image fields and, for Vertex AI, ``--container-args``
 (split like a POSIX shell splits the same text after ``--`` on gcloud's command line) into
-``containerSpec.args``; then prints each finding as one line and, when there is no error,
-writes the job to ``--write`` (what ``make submit``/``submit-vertex`` send).
+``containerSpec.args`` and ``--base-output-dir`` into ``baseOutputDirectory``; then prints each
+finding as one line and, when there is no error, writes the job to ``--write`` (what ``make
+submit``/``submit-vertex`` send).
 Exit code: 0 valid (warnings allowed), 1 errors found, 2 unreadable file or arguments.
 """
 
@@ -19,7 +21,13 @@ from typing import Any, List, Optional
 
 import yaml
 
-from jobspec.check import check_job, check_pairing, set_container_args, set_image
+from jobspec.check import (
+    check_job,
+    check_pairing,
+    set_base_output_dir,
+    set_container_args,
+    set_image,
+)
 from jobspec.cloudbuild import check_cloudbuild
 from jobspec.findings import ERROR, Finding
 
@@ -47,6 +55,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print("error: --container-args: {} ({!r})".format(error, args.container_args),
                       file=sys.stderr)
                 return 2
+        if args.base_output_dir is not None:
+            if "workerPoolSpecs" not in job:
+                print("error: --base-output-dir: {} is not a Vertex AI job (a legacy job's "
+                      "output directory is its --job-dir: make submit JOB_DIR=gs://...)"
+                      .format(args.file), file=sys.stderr)
+                return 2
+            set_base_output_dir(job, args.base_output_dir)
     findings = check_job(job, args.region)
     if args.base_image:
         findings += check_pairing(job, args.base_image)
@@ -66,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--write", help="write the (image-filled) job here when it is valid")
     check.add_argument("--container-args", help="Vertex AI: the container's arguments as one "
                        "shell-quoted text (make passes JOB_ARGS)")
+    check.add_argument("--base-output-dir", help="Vertex AI: the job's output directory "
+                       "(gs://BUCKET/DIR; make passes BASE_OUTPUT_DIR), under which the "
+                       "container gets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and "
+                       "AIP_TENSORBOARD_LOG_DIR")
     build = sub.add_parser("cloudbuild", help="check what the cloudbuild JSON schema misses")
     build.add_argument("file")
     run = sub.add_parser("exec", help="run COMMAND with the words of $JOB_ARGS appended")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, examples
-from jobspec.check import check_job, check_pairing, set_image
+from jobspec.check import check_job, check_pairing, set_base_output_dir, set_image
 from jobspec.cloudbuild import check_cloudbuild
 from jobspec.images import PJRT_BASE
 
@@ -21,12 +21,50 @@ V3 = yaml.safe_load((REPO / "config" / "ai-platform-tpu-v3.yaml").read_text())
 set_image(V3, "gcr.io/my-project/trainer:xrt")
 
 
+def filled(template):
+    """``jobspec check`` arguments that fill a template's placeholders: the image, and a
+    Vertex job's output directory."""
+    vertex = "workerPoolSpecs" in yaml.safe_load(template.read_text())
+    return ["--image", "gcr.io/my-project/trainer:v1"] + (
+        ["--base-output-dir", "gs://my-bucket/jobs/1"] if vertex else [])
+
+
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
 def test_every_template_passes_once_the_image_is_set(template):
+    result = subprocess.run([sys.executable, "-m", "jobspec", "check", str(template)]
+                            + filled(template), cwd=str(REPO), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+VERTEX_TEMPLATES = [t for t in TEMPLATES if "workerPoolSpecs" in yaml.safe_load(t.read_text())]
+
+
+@pytest.mark.parametrize("template", VERTEX_TEMPLATES, ids=lambda p: p.name)
+def test_every_vertex_template_needs_its_output_directory(template):
+    """Without it Vertex AI sets no AIP_CHECKPOINT_DIR, and a restarted replica starts over."""
     result = subprocess.run([sys.executable, "-m", "jobspec", "check", str(template),
                              "--image", "gcr.io/my-project/trainer:v1"], cwd=str(REPO),
                             capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1
+    assert "baseOutputDirectory.outputUriPrefix: 'gs://YOUR_BUCKET/" in result.stderr
+
+
+@pytest.mark.parametrize("uri, problem", [
+    ("gs://my-bucket", None), ("gs://my-bucket/jobs/1/", None),
+    ("gs://b/out", "not a Cloud Storage URI"),  # bucket names have 3 to 63 characters
+    ("my-bucket/out", "not a Cloud Storage URI"), ("/gcs/my-bucket", "not a Cloud Storage URI"),
+    ("gs://My_Bucket/x", "not a Cloud Storage URI"), ("", "is missing"),
+])
+def test_the_output_directory_is_a_cloud_storage_uri(uri, problem):
+    job = copy.deepcopy(VERTEX)
+    job["baseOutputDirectory"] = {"outputUriPrefix": uri}
+    found = [str(f) for f in check_job(job)]
+    if problem is None:
+        assert found == []
+    else:
+        [finding] = found
+        assert finding.startswith("error: baseOutputDirectory.outputUriPrefix: ")
+        assert problem in finding and "BASE_OUTPUT_DIR=gs://BUCKET/DIR" in finding
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
@@ -34,9 +72,8 @@ def test_no_template_asks_for_devices_the_image_leaves_idle_without_a_warning(te
     """The xrt image trains on one core of a TPU node; the pjrt image on every chip of the
     job (SPMD), so only legacy templates may leave devices idle, and they must say so."""
     job = yaml.safe_load(template.read_text())
-    result = subprocess.run([sys.executable, "-m", "jobspec", "check", str(template),
-                             "--image", "gcr.io/my-project/trainer:v1"], cwd=str(REPO),
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "jobspec", "check", str(template)]
+                            + filled(template), cwd=str(REPO), capture_output=True, text=True)
     if "trainingInput" in job:
         cores = job["trainingInput"]["workerConfig"]["acceleratorConfig"]["count"]
         assert ("count: {} TPU cores, of which the bundled trainers use 1 ({} stay idle)"
@@ -111,6 +148,7 @@ def test_region_outside_tpu_regions_is_only_a_warning():
 def test_vertex_spec_rules():
     spec = yaml.safe_load((REPO / "config" / "vertex-tpu-v3.yaml").read_text())
     set_image(spec, "gcr.io/p/i:pjrt")
+    set_base_output_dir(spec, "gs://my-bucket/out")
     assert check_job(spec) == []
     spec["workerPoolSpecs"][0]["machineSpec"].update(acceleratorCount=4)
     assert any("acceleratorCount" in f.path for f in check_job(spec))
@@ -167,6 +205,7 @@ def test_vertex_needs_the_pjrt_base():
 
 VERTEX = yaml.safe_load((REPO / "config" / "vertex-tpu-v3.yaml").read_text())
 set_image(VERTEX, "us-central1-docker.pkg.dev/p/r/i:pjrt")
+set_base_output_dir(VERTEX, "gs://my-bucket/out")
 
 
 def vertex(change):
@@ -215,7 +254,7 @@ def test_v5e_with_its_topology_passes():
     job = vertex(lambda j, p: p["machineSpec"].update(
         machineType="ct5lp-hightpu-4t", acceleratorType="TPU_V5_LITEPOD", tpuTopology="2x2",
         acceleratorCount=4))
-    job["baseOutputDirectory"] = {"outputUriPrefix": "gs://b/out"}
+    job["baseOutputDirectory"] = {"outputUriPrefix": "gs://my-bucket/out"}
     assert check_job(job) == []
 
 

@@ -111,13 +111,35 @@ def test_submit_validates_then_submits_with_user_args_after_double_dash(tools):
 
 def test_submit_vertex_puts_args_into_the_container_spec(tools):
     result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=vjob",
-                          "JOB_ARGS=--fake_data")
+                          "JOB_ARGS=--fake_data", "BASE_OUTPUT_DIR=gs://my-bucket/jobs/v")
     assert result.returncode == 0, result.stderr
     assert calls == [["gcloud", "ai", "custom-jobs", "create", "--project", "my-proj",
                       "--region", "us-central1", "--display-name", "vjob", "--config",
                       "build/vjob.yaml"]]
-    pool = yaml.safe_load((REPO / "build" / "vjob.yaml").read_text())["workerPoolSpecs"][0]
-    assert pool["containerSpec"] == {"imageUri": AR + ":pjrt", "args": ["--fake_data"]}
+    job = yaml.safe_load((REPO / "build" / "vjob.yaml").read_text())
+    assert job["workerPoolSpecs"][0]["containerSpec"] == {"imageUri": AR + ":pjrt",
+                                                          "args": ["--fake_data"]}
+    # Vertex AI derives AIP_CHECKPOINT_DIR from it: a restarted replica finds its checkpoints.
+    assert job["baseOutputDirectory"] == {"outputUriPrefix": "gs://my-bucket/jobs/v"}
+
+
+@pytest.mark.parametrize("value, problem", [
+    (None, "'gs://YOUR_BUCKET/pytorch-xla' is a template placeholder"),
+    ("/tmp/out", "'/tmp/out' is not a Cloud Storage URI"),
+])
+def test_submit_vertex_needs_a_cloud_storage_output_directory(tools, value, problem):
+    extra = [] if value is None else ["BASE_OUTPUT_DIR=" + value]
+    result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=vnone", *extra)
+    assert result.returncode != 0 and calls == []
+    assert "baseOutputDirectory.outputUriPrefix: " + problem in result.stderr
+    assert "make submit-vertex BASE_OUTPUT_DIR=gs://BUCKET/DIR" in result.stderr
+
+
+def test_a_legacy_job_refuses_a_vertex_output_directory(tools):
+    result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=lbase",
+                          "BASE_OUTPUT_DIR=gs://my-bucket/out")
+    assert result.returncode != 0 and calls == []
+    assert "is not a Vertex AI job" in result.stderr and "JOB_DIR=gs://" in result.stderr
 
 
 def test_invalid_job_file_stops_before_gcloud(tools, tmp_path):
@@ -129,16 +151,41 @@ def test_invalid_job_file_stops_before_gcloud(tools, tmp_path):
     assert "acceleratorConfig.count" in result.stderr
 
 
-def test_local_run_overrides_the_entrypoint_with_fake_platform_variables(tools):
-    result, calls = tools("local-run", "PROJECT=p", "JOB_ARGS=--lr=0.1")
+def run_env(call):
+    """The ``-e NAME=VALUE`` variables of a recorded ``docker run``."""
+    return dict(call[i + 1].split("=", 1) for i, arg in enumerate(call) if arg == "-e")
+
+
+def test_local_run_xrt_resolves_the_named_tpu_node_of_the_project(tools):
+    result, calls = tools("local-run", "PROJECT=p", "TPU_NODE=my-tpu", "JOB_ARGS=--lr=0.1")
     assert result.returncode == 0, result.stderr
     [call] = calls
     assert call[:6] == ["docker", "run", "--rm", "--shm-size", "16G", "--entrypoint"]
     assert call[6] == "python" and call[-4:] == ["-m", "launcher", "--dry-run", "--lr=0.1"]
-    env = dict(call[i + 1].split("=", 1) for i, arg in enumerate(call) if arg == "-e")
-    assert json.loads(env["TPU_CONFIG"])["zone"] == "us-central1-b"
+    env = run_env(call)
+    assert json.loads(env["TPU_CONFIG"]) == {"project": "p", "zone": "us-central1-b",
+                                             "tpu_node_name": "my-tpu"}
     assert json.loads(env["TF_CONFIG"])["task"]["type"] == "master"
     assert call[-5] == "us-central1-docker.pkg.dev/p/pytorch-xla/pytorch-xla-trainer:xrt"
+
+
+def test_local_run_pjrt_rehearses_vertex_ai_without_a_tpu(tools):
+    result, [call] = tools("local-run", "PROJECT=p", "RUNTIME=pjrt")
+    assert result.returncode == 0, result.stderr
+    env = run_env(call)
+    assert set(env) == {"CLUSTER_SPEC"}  # no TPU_CONFIG: nothing to resolve
+    spec = json.loads(env["CLUSTER_SPEC"])
+    assert spec["task"]["type"] == "workerpool0" and "workerpool0" in spec["cluster"]
+    assert call[-4] == "us-central1-docker.pkg.dev/p/pytorch-xla/pytorch-xla-trainer:pjrt"
+
+
+def test_local_run_xrt_without_a_tpu_node_says_what_it_needs(tools):
+    result, calls = tools("local-run", "PROJECT=p")
+    assert result.returncode != 0 and calls == []
+    assert "TPU_NODE is not set" in result.stderr and "RUNTIME=pjrt" in result.stderr
+    # A TPU_CONFIG of one's own needs no TPU_NODE.
+    result, [call] = tools("local-run", "PROJECT=p", 'LOCAL_TPU_CONFIG={"tpu_node_name": "t"}')
+    assert result.returncode == 0 and run_env(call)["TPU_CONFIG"] == '{"tpu_node_name": "t"}'
 
 
 @pytest.mark.parametrize("args, message", [
@@ -171,7 +218,8 @@ def test_job_args_reach_the_legacy_trainer_word_for_word(tools, text, argv):
 
 @pytest.mark.parametrize("text, argv", EXACT_ARGS)
 def test_job_args_reach_the_vertex_trainer_word_for_word(tools, text, argv):
-    result, _ = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=exactv", "JOB_ARGS=" + text)
+    result, _ = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=exactv", "JOB_ARGS=" + text,
+                      "BASE_OUTPUT_DIR=gs://my-bucket/exact")
     assert result.returncode == 0, result.stderr
     pool = yaml.safe_load((REPO / "build" / "exactv.yaml").read_text(encoding="utf-8"))[
         "workerPoolSpecs"][0]
@@ -184,7 +232,7 @@ def test_job_args_reach_the_vertex_trainer_word_for_word(tools, text, argv):
                                                    "injected"]),
 ])
 def test_job_args_reach_the_local_run_word_for_word(tools, text, argv):
-    result, [call] = tools("local-run", "PROJECT=p", "JOB_ARGS=" + text)
+    result, [call] = tools("local-run", "PROJECT=p", "RUNTIME=pjrt", "JOB_ARGS=" + text)
     assert result.returncode == 0, result.stderr
     assert call[call.index("--dry-run") + 1:] == argv
 

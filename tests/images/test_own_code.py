@@ -1,34 +1,51 @@
-"""The guide's example (docs/own-code.md, files in docs/examples/own-code/), built on the pjrt
-image and run as the page shows: 4 XLA CPU devices, `docker stop` mid-training leaves a
-checkpoint and exit 143, and the next run resumes from it and finishes."""
+"""The guide's example (docs/own-code.md, files in docs/examples/own-code/) built on the pjrt
+image and rehearsed by running the page's own block as it stands: 4 XLA CPU devices, `docker
+stop` once the script trains leaves a checkpoint, and the next run resumes from it."""
 
+import os
 import re
+import shutil
+import subprocess
 
-from conftest import REPO
-from containers import docker, stop_when_logged
+from conftest import REPO, clean_environ
+from containers import DOCKER, docker
+from doc_blocks import block_containing, checked
 
 EXAMPLE = REPO / "docs" / "examples" / "own-code"
-OWN_IMAGE = "tpu-xla-own-code:test"
+REHEARSAL = "docker logs -f rehearsal"
 
 
-def test_the_guides_example_checkpoints_on_docker_stop_and_resumes(images, tmp_path):
-    docker("build", "--build-arg", "BASE_IMAGE=" + images["pjrt"], "-t", OWN_IMAGE,
-           str(EXAMPLE))
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    run = ["-e", "CPU_NUM_DEVICES=4", "-e", "AIP_CHECKPOINT_DIR=/ckpt",
-           "-v", "{}:/ckpt".format(ckpt)]
-    logs = stop_when_logged(["--network", "none"] + run + [OWN_IMAGE, "--steps=100000"],
-                            "step 20 ")
-    assert logs.code == 143, logs.stderr
-    assert "launcher: hand-over: dumb-init (PID 1) runs the command" in logs.stderr
-    stopped = re.search(r"stopped by SIGTERM at step (\d+): checkpoint saved", logs.stdout)
-    assert stopped, logs.stdout + logs.stderr
+def assignment(block, name):
+    """The value the block gives ``name`` (``NAME=value`` on a line of its own)."""
+    return re.search(r"^{}=(\S+)$".format(name), block.text, re.MULTILINE).group(1)
+
+
+def test_the_guides_rehearsal_block_checkpoints_on_docker_stop_and_resumes(images, tmp_path):
+    block = block_containing(REHEARSAL)
+    base, image = assignment(block, "BASE"), assignment(block, "IMAGE")
+    # The reader's checkout, as far as the block uses it: the example's folder.
+    shutil.copytree(str(EXAMPLE), str(tmp_path / "docs" / "examples" / "own-code"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(shutil.which(DOCKER), str(bin_dir / "docker"))  # the session's engine client
+    docker("tag", images["pjrt"], base)  # the project's image under the name the page uses
+    docker("rm", "-f", "rehearsal", check=False)  # a run killed half-way left it behind
+    try:
+        result = subprocess.run(
+            ["bash", "-c", checked(block.text)], cwd=str(tmp_path), capture_output=True,
+            text=True, timeout=900,
+            env=clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"]))
+    finally:
+        docker("rm", "-f", "rehearsal", check=False)
+        docker("rmi", image, base, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^exit 143$", result.stdout, re.MULTILINE), result.stdout  # 128+SIGTERM
+    assert "launcher: hand-over: dumb-init (PID 1) runs the command" in result.stderr
+    stopped = re.search(r"^stopped by SIGTERM at step (\d+): checkpoint saved$", result.stdout,
+                        re.MULTILINE)
+    assert stopped, result.stdout + result.stderr
     step = int(stopped.group(1))
+    ckpt = tmp_path / "runs" / "own-code-ckpt"
     assert (ckpt / "checkpoint.pt").is_file() and not (ckpt / "checkpoint.pt.tmp").exists()
-
-    resumed = docker("run", "--rm", "--network", "none", *run, OWN_IMAGE,
-                     "--steps={}".format(step + 20), check=False)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resumed from step {}".format(step) in resumed.stdout
-    assert "done at step {}".format(step + 20) in resumed.stdout
+    assert "resumed from step {}".format(step) in result.stdout
+    assert "done at step {}".format(max(step, 200)) in result.stdout

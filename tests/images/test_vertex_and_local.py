@@ -5,8 +5,11 @@ real XLA CPU device (torch_xla 2.9) inside the container."""
 
 import json
 import re
+import shlex
 
-from containers import run_container, stop_when_logged
+from conftest import clean_environ
+from containers import docker, make, run_container, stop_when_logged
+from doc_blocks import block_containing
 
 # Vertex AI's variable for a CPU worker pool (PLATFORM.md section 4): no TPU expected.
 CLUSTER_SPEC = json.dumps({
@@ -87,3 +90,25 @@ def test_local_path_needs_no_network(images, tmp_path):
     assert "launcher: platform: no training platform found (XLA CPU device)" in result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == 6
 
+
+
+def test_make_local_run_as_the_readme_writes_it(images):
+    """The README's rehearsal of the pjrt image it built, word for word: Vertex AI's
+    CLUSTER_SPEC, no TPU, the launcher's dry run (it used to refuse the YOUR_PROJECT
+    placeholder, exit 78, and look for the xrt image)."""
+    [line] = [line for line in block_containing("make local-run", page="README").text
+              .splitlines() if line.startswith("make local-run")]
+    args = shlex.split(line, comments=True)[1:]
+    # Where `make build push PROJECT=my-project RUNTIME=pjrt` puts the image (the Makefile's
+    # IMAGE_URI).
+    name = "us-central1-docker.pkg.dev/my-project/pytorch-xla/pytorch-xla-trainer:pjrt"
+    assert args == ["local-run", "PROJECT=my-project", "RUNTIME=pjrt"]
+    docker("tag", images["pjrt"], name)
+    try:
+        result = make(*args, env=clean_environ(), timeout=300)
+    finally:
+        docker("rmi", name, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "launcher: platform: Vertex AI job without TPU (XLA CPU device)" in result.stderr
+    assert "export PJRT_DEVICE=CPU" in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("# trainer: ")

@@ -1,0 +1,207 @@
+"""Every shell block of README.md and docs/*.md works as written, or ``NOT_HERE`` says why it
+cannot run here and which test checks it instead: the next drift between a page and the
+Makefile, the launcher or the job templates fails ``make test``.
+
+Each block runs in one ``bash`` from the checkout, as a reader pastes it, command by command:
+any command that fails (``a && b`` included, which ``set -e`` would let pass) or an unset
+variable fails the block. The environment is clean, with these on ``PATH``:
+
+- ``docker``, ``gcloud``, ``gsutil``, ``kubectl``: recorders that log their argv and succeed.
+  What they would do needs an engine, a Google account or a cluster; the container tier runs
+  the real engine (``tests/images``), and ``test_makefile`` checks the argv make gives them.
+- ``make``: the real make, never remaking ``.venv``, given only variables the Makefile names
+  (``[RUNTIME=pjrt]`` or a misspelt ``PROJEC=p`` fails). Targets that only drive those tools
+  (``SHIMMED_TARGETS``) run for real, so required variables are enforced and job files are
+  rendered and validated by ``python -m jobspec``; every other target (``run``, ``test``,
+  ``standin-base``: minutes of work) runs as ``make -n``, which still fails on an unknown
+  target or a missing required variable.
+- ``python``: a stub that fails and is recorded, because a page must name the interpreter
+  (``.venv/bin/python`` here; the image's ``python`` only inside a container). A block that
+  called it fails even where its status was lost (``eval "$(python ...)"`` succeeds).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_environ
+from doc_blocks import block_containing, checked, commands, shell_blocks
+
+# Blocks that cannot run here, each found by a text only it holds: why, and what checks it.
+NOT_HERE = {
+    # Builds an image on the project's pjrt image and stops a container mid-training.
+    "docker logs -f rehearsal": "needs a Docker engine and the pjrt image: "
+                                "tests/images/test_own_code.py runs this block as it stands",
+    # Reads and writes a bucket.
+    "python -m trainer.data.make_shards --source=gs://": "needs Cloud Storage: "
+                                                         "test_make_shards_takes_its_flags",
+    # The launcher's usage line, with [placeholders].
+    "python -m launcher [launcher options]": "a synopsis: test_the_launcher_synopsis",
+}
+# Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
+SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
+                   "submit-vertex", "local-run", "sbom")
+RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
+MAKE_WRAPPER = """#!/bin/sh
+# The real make, with variables the Makefile names; targets other than {shimmed} only as a
+# dry run (make -n).
+dry=
+for arg in "$@"; do
+  case "$arg" in
+    -*) ;;
+    *=*)
+      name="${{arg%%=*}}"
+      case "$name" in ""|*[!A-Za-z0-9_]*) echo "make: $arg is no variable" >&2; exit 2 ;; esac
+      grep -qw -- "$name" Makefile || {{ echo "make: the Makefile has no $name" >&2; exit 2; }}
+      ;;
+    {pattern}) ;;
+    *) dry=-n ;;
+  esac
+done
+exec {make} -o .venv/.installed $dry "$@"
+"""
+PYTHON_STUB = """#!/bin/sh
+printf "%s\\n" "python $*" >> "{log}"
+echo "python: no such interpreter for a reader: name .venv/bin/python" >&2
+exit 127
+"""
+
+
+@pytest.fixture(scope="module")
+def shell(tmp_path_factory):
+    """Runs a block as a reader would: ``shell(text)`` -> (CompletedProcess, recorded calls)."""
+    root = tmp_path_factory.mktemp("doc-commands")
+    bin_dir, log = root / "bin", root / "calls.log"
+    bin_dir.mkdir()
+    scripts = {name: RECORDER.format(log=log) for name in ("docker", "gcloud", "gsutil",
+                                                           "kubectl")}
+    scripts["make"] = MAKE_WRAPPER.format(shimmed=", ".join(SHIMMED_TARGETS),
+                                          pattern="|".join(SHIMMED_TARGETS),
+                                          make=shutil.which("make"))
+    scripts["python"] = PYTHON_STUB.format(log=log)
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def run(text: str, cwd: Path = REPO, **environ: str):
+        log.write_text("")
+        env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **environ)
+        for name in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PIP_CERT"):
+            env.pop(name, None)  # an outer make's settings (make test) are not a reader's
+        result = subprocess.run(["bash", "-c", checked(text)], cwd=str(cwd), env=env,
+                                capture_output=True, text=True, timeout=120)
+        return result, log.read_text().splitlines()
+
+    return run
+
+
+RUNNABLE = [block for block in shell_blocks()
+            if not any(marker in block.text for marker in NOT_HERE)]
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.name)
+def test_the_block_runs_as_written(shell, block):
+    result, calls = shell(block.text)
+    assert result.returncode == 0, "{} failed ({}):\n{}\n{}".format(
+        block.name, result.returncode, block.text, result.stderr[-3000:])
+    assert not [call for call in calls if call.startswith("python ")], \
+        "{} runs a bare python: {}".format(block.name, calls)
+
+
+@pytest.mark.parametrize("marker", sorted(NOT_HERE))
+def test_each_block_that_cannot_run_here_is_still_on_its_page(marker):
+    assert block_containing(marker)
+
+
+def test_every_shell_block_is_run_or_listed():
+    listed = [block for block in shell_blocks()
+              if any(marker in block.text for marker in NOT_HERE)]
+    assert len(listed) == len(NOT_HERE) and len(RUNNABLE) + len(listed) == len(shell_blocks())
+    assert len(RUNNABLE) >= 10  # the extraction finds the pages' blocks
+
+
+def test_the_blocks_reach_the_tools_they_name(shell):
+    """The recorders and the make wrapper are in the way: what the README's submit block asks
+    for reaches gcloud, rendered and validated."""
+    result, calls = shell(block_containing("make submit-vertex", page="README").text)
+    assert result.returncode == 0, result.stderr
+    assert [call.split()[:4] for call in calls] == [
+        ["gcloud", "ai", "custom-jobs", "create"],
+        ["gcloud", "ai-platform", "jobs", "submit"]]
+    assert "build/pytorch_xla_" in calls[0] and calls[1].endswith(
+        "-- --data_dir=gs://my-bucket/mnist --num_epochs=5")
+
+
+def test_a_block_that_drifted_fails(shell):
+    """What this test exists for: a target, a variable or an interpreter the pages no longer
+    match fails the block."""
+    for text, message in [
+        ("make submit-vertex PROJECT=p\n", "baseOutputDirectory.outputUriPrefix"),
+        ("make no-such-target\n", "No rule to make target 'no-such-target'"),
+        ("make test-images-please\n", "No rule to make target"),
+        ("make build RUNTIME=pjrt\n", "PROJECT is not set"),
+        ("make push PROJECT=p [RUNTIME=pjrt]\n", "[RUNTIME=pjrt] is no variable"),
+        ("make build PROJEC=p\n", "the Makefile has no PROJEC"),
+        ('exports="$(python -m launcher --dry-run)" && eval "$exports"\nmake -n run\n',
+         "python: no such interpreter"),
+        ("docker push $IMAGE\n", "IMAGE: unbound variable"),
+    ]:
+        result, _ = shell(text)
+        assert result.returncode != 0 and message in result.stderr, (text, result.stderr)
+
+
+DRY_RUN = "launcher --dry-run)\" && eval"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/launcher.md"])
+def test_the_documented_dry_run_exports_and_fails_visibly(shell, tmp_path, page):
+    line = next(line for line in block_containing(DRY_RUN, page=page).text.splitlines()
+                if DRY_RUN in line)
+    result, _ = shell(line + '\necho "PJRT_DEVICE=$PJRT_DEVICE"\n')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "PJRT_DEVICE=CPU"
+    # The launcher refuses the environment: the line fails, with the launcher's own error.
+    refused, _ = shell(line + "\necho exported\n", TPU_CONFIG="{not json")
+    assert refused.returncode == 78 and "exported" not in refused.stdout
+    assert "launcher: ConfigError: TPU_CONFIG" in refused.stderr
+    # No interpreter where the page says (outside the checkout): fails too.
+    missing, _ = shell(line + "\necho exported\n", cwd=tmp_path)
+    assert missing.returncode == 127 and "exported" not in missing.stdout
+    # The form the pages had: eval of nothing succeeds, and the refusal goes unnoticed.
+    old, _ = shell('eval "$(.venv/bin/python -m launcher --dry-run)"\necho exported\n',
+                   TPU_CONFIG="{not json")
+    assert old.returncode == 0 and "exported" in old.stdout
+
+
+def test_the_launcher_synopsis(shell):
+    block = block_containing("python -m launcher [launcher options]")
+    result, _ = shell(".venv/bin/python -m launcher --help\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m launcher")
+    assert "-- COMMAND" in block.text and "[trainer args ...]" in block.text
+
+
+def test_make_shards_takes_its_flags(shell):
+    block = block_containing("python -m trainer.data.make_shards --source=gs://")
+    result, _ = shell(".venv/bin/python -m trainer.data.make_shards --help\n")
+    assert result.returncode == 0, result.stderr
+    flags = [word.split("=")[0] for word in block.text.split() if word.startswith("--")]
+    assert flags == ["--source", "--dest", "--data_dir"]
+    assert all(flag in result.stdout for flag in flags[:2]), result.stdout
+
+
+def test_a_block_splits_into_the_commands_a_shell_runs():
+    text = ("# a comment\nA=1\nmake x \\\n  Y=2\n\nkubectl apply -f - <<'EOF'\nkind: Job\n"
+            "EOF\necho done  # says done\n")
+    assert list(commands(text)) == ["A=1", "make x \\\n  Y=2",
+                                    "kubectl apply -f - <<'EOF'\nkind: Job\nEOF",
+                                    "echo done  # says done"]
+    result = subprocess.run(["bash", "-c", checked("true\nfalse && true\necho never\n")],
+                            capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert "command 2 of the block failed (1)" in result.stderr

@@ -1,11 +1,12 @@
 """``python -m jobspec check FILE [--image URI] [--base-image B] [--region R]
-[--container-args TEXT] [--write OUT]``, ``python -m jobspec cloudbuild FILE`` and
+[--container-args TEXT] [--name NAME] [--write OUT]``, ``python -m jobspec cloudbuild FILE`` and
 ``python -m jobspec exec COMMAND...`` (runs COMMAND with the words of ``$JOB_ARGS`` appended).
 
-``check`` fills ``--image`` into the job's image fields and, for Vertex AI, ``--container-args``
-(split like a POSIX shell splits the same text after ``--`` on gcloud's command line) into
-``containerSpec.args``; then prints each finding as one line and, when there is no error,
-writes the job to ``--write`` (what ``make submit``/``submit-vertex`` send).
+``check`` fills ``--image`` into the job's image fields and, for Vertex AI and GKE,
+``--container-args`` (split like a POSIX shell splits the same text after ``--`` on gcloud's
+command line) into ``containerSpec.args`` or the TPU container's ``args``, and ``--name`` into a
+JobSet's ``metadata.name``; then prints each finding as one line and, when there is no error,
+writes the job to ``--write`` (what ``make submit``/``submit-vertex``/``submit-gke`` send).
 Exit code: 0 valid (warnings allowed), 1 errors found, 2 unreadable file or arguments.
 """
 
@@ -19,7 +20,7 @@ from typing import Any, List, Optional
 
 import yaml
 
-from jobspec.check import check_job, check_pairing, set_container_args, set_image
+from jobspec.check import check_job, check_pairing, set_container_args, set_image, set_name
 from jobspec.cloudbuild import check_cloudbuild
 from jobspec.findings import ERROR, Finding
 
@@ -40,6 +41,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if isinstance(job, dict):
         if args.image:
             set_image(job, args.image)
+        if args.name:
+            set_name(job, args.name)
         if args.container_args is not None:
             try:
                 set_container_args(job, job_args(args.container_args))
@@ -64,8 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--base-image", help="the image's base (make passes BASE_IMAGE): checks "
                        "it against the platform and tpuTfVersion")
     check.add_argument("--write", help="write the (image-filled) job here when it is valid")
-    check.add_argument("--container-args", help="Vertex AI: the container's arguments as one "
-                       "shell-quoted text (make passes JOB_ARGS)")
+    check.add_argument("--container-args", help="Vertex AI and GKE: the container's arguments "
+                       "as one shell-quoted text (make passes JOB_ARGS)")
+    check.add_argument("--name", help="GKE: the JobSet's metadata.name")
     build = sub.add_parser("cloudbuild", help="check what the cloudbuild JSON schema misses")
     build.add_argument("file")
     run = sub.add_parser("exec", help="run COMMAND with the words of $JOB_ARGS appended")

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from shard_sets import split_shards
 
 from conftest import REPO
-from shard_sets import split_shards
 from jobspec.check import check_job, check_pairing, set_container_args, set_image
 from jobspec.findings import ERROR
 from jobspec.images import PJRT_BASE, XRT_BASE

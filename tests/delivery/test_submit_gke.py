@@ -14,7 +14,8 @@ from conftest import REPO, clean_environ
 
 # Records its argv and the manifest it was given on stdin.
 KUBECTL = """#!/bin/sh
-python3 -c 'import json, sys; print(json.dumps({{"argv": sys.argv[1:], "stdin": sys.stdin.read()}}))' "$@" >> "{log}"
+python3 -c 'import json, sys
+print(json.dumps({{"argv": sys.argv[1:], "stdin": sys.stdin.read()}}))' "$@" >> "{log}"
 """
 IMAGE = "us-central1-docker.pkg.dev/my-proj/pytorch-xla/pytorch-xla-trainer:pjrt"
 CONTAINER = ["spec", "replicatedJobs", 0, "template", "spec", "template", "spec",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
@@ -77,3 +77,13 @@ def quantity(value: object) -> Optional[float]:
 def gib(count: float) -> str:
     """Bytes as the whole GiB a sizeLimit would say (rounded up)."""
     return "{}Gi".format(max(1, -(-int(count) // 2 ** 30)))
+
+
+def as_mapping(value: Any) -> Dict[str, Any]:
+    """``value`` when it is a mapping, else an empty one: the rules read around values of the
+    wrong type, which the schema reports."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> List[Any]:
+    return value if isinstance(value, list) else []

@@ -9,33 +9,27 @@ the schema (``jobspec.k8s_schema``); the reasons are in docs/gke.md. Per replica
   ``TPU_WORKER_ID``/``TPU_WORKER_HOSTNAMES`` only into an indexed Job with a subdomain;
 - no ``command``: it replaces the image's launcher (the job's arguments go in ``args``);
 - ImageNet with data workers: a memory ``emptyDir`` at ``/dev/shm`` at least what
-  ``trainer.data.plan`` computes for the arguments (Kubernetes gives 64 MB; the trainer stops
-  with exit 78), and a container memory limit, if any, no smaller;
+  ``trainer.data.plan`` computes for the arguments (``jobspec.container_args``);
 - ``terminationGracePeriodSeconds`` at least 30 (the checkpoint at SIGTERM must fit);
 - ``failurePolicy.maxRestarts`` at least 1, and a ``gs://`` job dir, the same for every pod and
-  restart: preemption restarts the pods, which resume from its newest checkpoint.
+  restart (``jobspec.container_args``): preemption restarts the pods, which resume from its
+  newest checkpoint.
 
 Values of the wrong type are the schema's findings; the rules read around them.
 """
 
 from __future__ import annotations
 
-import shlex
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec import gke_tpus
-from jobspec.findings import ERROR, WARNING, Finding
-from trainer.data import plan
-from trainer.data.workers import auto_workers
-from trainer.errors import TrainerError
+from jobspec.container_args import job_dir_rule, shared_memory_rule, trainer_module
+from jobspec.findings import ERROR, Finding
+from jobspec.gke_tpus import as_list as _list
+from jobspec.gke_tpus import as_mapping as _mapping
 
 MIN_GRACE_SECONDS = 30
-SHM_PATH = "/dev/shm"
 IMAGENET = "trainer.imagenet"
-# The ImageNet trainer's defaults (trainer/imagenet.py, trainer/config.py) for what sizes
-# /dev/shm: per-device batches, data workers (-1: one per host core but one), image size.
-_IMAGENET_DEFAULTS = {"batch_size": 128, "eval_batch_size": 0, "num_workers": -1,
-                      "image_size": 224}
 
 
 def jobset_rules(job: Dict[str, Any]) -> List[Finding]:
@@ -192,122 +186,10 @@ def _container(container: Dict[str, Any], path: str, pod: Dict[str, Any], pod_pa
                                    "job's arguments in args")]
     args = container.get("args")
     args = [str(arg) for arg in args] if isinstance(args, list) else []
-    findings += _job_dir(args, path + ".args")
-    if _trainer(container, args) == IMAGENET and shape is not None:
-        findings += _shared_memory(args, container, path, pod, pod_path, shape)
+    findings += job_dir_rule(args, path + ".args")
+    if trainer_module(container, args) == IMAGENET and shape is not None:
+        findings += shared_memory_rule(args, container, path, pod, pod_path, shape)
     return findings
-
-
-def _job_dir(args: Sequence[str], path: str) -> List[Finding]:
-    job_dir = _flag(args, ("job-dir", "job_dir"))
-    if job_dir is None:
-        return [Finding(ERROR, path, "has no --job-dir: checkpoints stay in the pod and every "
-                        "restart starts from scratch", "add --job-dir=gs://BUCKET/jobs/NAME")]
-    if not job_dir.startswith("gs://"):
-        return [Finding(ERROR, path, "--job-dir={} is not gs://: the pods of a slice and their "
-                        "restarts share no disk".format(job_dir),
-                        "use --job-dir=gs://BUCKET/jobs/NAME")]
-    if "$(" in job_dir or "${" in job_dir:
-        return [Finding(ERROR, path, "--job-dir={} differs between pods or restarts, so a "
-                        "restart finds no checkpoint".format(job_dir),
-                        "use one fixed gs:// path for the whole job")]
-    return []
-
-
-def _shared_memory(args: Sequence[str], container: Dict[str, Any], path: str,
-                   pod: Dict[str, Any], pod_path: str, shape: gke_tpus.SliceShape
-                   ) -> List[Finding]:
-    values = {}
-    for name, default in _IMAGENET_DEFAULTS.items():
-        text = _flag(args, (name,))
-        try:
-            values[name] = default if text is None else int(text)
-        except ValueError:
-            return [Finding(ERROR, path + ".args", "--{}={!r} is not a whole number".format(
-                name, text), "e.g. --{}={}".format(name, default))]
-    workers = values["num_workers"]
-    workers = auto_workers(_host_cores(pod)) if workers < 0 else workers
-    try:
-        sizes = plan.shape_from_flags(shape.hosts, shape.chips_per_host, values["batch_size"],
-                                      values["eval_batch_size"], workers, values["image_size"])
-    except TrainerError as error:  # names the flag
-        return [Finding(ERROR, path + ".args", error.message, error.hint or "")]
-    needed = plan.shared_memory(sizes)
-    if not needed:
-        return []
-    what = "the plan needs {:.1f} GB of /dev/shm per host ({} data workers; python -m " \
-           "trainer.data.plan --hosts={} --devices_per_host={})".format(
-               needed / 1e9, workers, shape.hosts, shape.chips_per_host)
-    fix = "mount an emptyDir {{medium: Memory, sizeLimit: {}}} at /dev/shm, or pass " \
-          "--num_workers=0 (needs none)".format(gke_tpus.gib(needed * 1.1))
-    volume_name = next((m.get("name") for m in _list(container.get("volumeMounts"))
-                        if isinstance(m, dict) and m.get("mountPath") in (SHM_PATH,
-                                                                          SHM_PATH + "/")), None)
-    volumes = [(i, v) for i, v in enumerate(_list(pod.get("volumes")))
-               if isinstance(v, dict) and v.get("name") == volume_name]
-    if volume_name is None or not volumes:
-        return [Finding(ERROR, path + ".volumeMounts", "nothing at /dev/shm: Kubernetes gives "
-                        "64 MB and the trainer stops with exit 78; " + what, fix)]
-    index, volume = volumes[0]
-    empty_dir = _mapping(volume.get("emptyDir"))
-    volume_path = "{}.volumes[{}].emptyDir".format(pod_path, index)
-    if empty_dir.get("medium") != "Memory":
-        return [Finding(ERROR, volume_path + ".medium", "is not Memory: /dev/shm must be "
-                        "memory; " + what, fix)]
-    findings = []
-    size = gke_tpus.quantity(empty_dir.get("sizeLimit"))
-    if "sizeLimit" not in empty_dir:
-        findings.append(Finding(WARNING, volume_path + ".sizeLimit", "is not set: /dev/shm may "
-                                "grow to the pod's memory limit; " + what, fix))
-    elif size is not None and size < needed:
-        findings.append(Finding(ERROR, volume_path + ".sizeLimit", "{} is too small: ".format(
-            empty_dir.get("sizeLimit")) + what, fix))
-    memory = gke_tpus.quantity(_mapping(_mapping(container.get("resources")).get(
-        "limits")).get("memory"))
-    if memory is not None and memory < needed:
-        findings.append(Finding(ERROR, path + ".resources.limits.memory", "is below the "
-                                "/dev/shm the trainer fills (a memory emptyDir counts against "
-                                "it): " + what, "raise the limit, or remove it"))
-    return findings
-
-
-def _host_cores(pod: Dict[str, Any]) -> int:
-    """vCPUs of one host of the pod's slice (what ``--num_workers=-1`` counts)."""
-    accelerator = _mapping(pod.get("nodeSelector")).get(gke_tpus.ACCELERATOR_LABEL)
-    return gke_tpus.ACCELERATORS[accelerator].host_cores if accelerator in \
-        gke_tpus.ACCELERATORS else 112
-
-
-def _trainer(container: Dict[str, Any], args: Sequence[str]) -> str:
-    """The trainer module the launcher will run: ``--trainer`` in front of the arguments,
-    else ``LAUNCHER_TRAINER`` in the container's env, else the image's (MNIST)."""
-    command = None
-    if args[:1] == ["--trainer"] and len(args) > 1:
-        command = args[1]
-    elif args and args[0].startswith("--trainer="):
-        command = args[0].split("=", 1)[1]
-    for variable in _list(container.get("env")):
-        if (command is None and isinstance(variable, dict)
-                and variable.get("name") == "LAUNCHER_TRAINER"):
-            command = str(variable.get("value", ""))
-    try:
-        words = shlex.split(command or "")
-    except ValueError:
-        return ""
-    return words[2] if words[1:2] == ["-m"] and len(words) > 2 else "trainer.mnist"
-
-
-def _flag(args: Sequence[str], names: Sequence[str]) -> Optional[str]:
-    """The last value of ``--NAME=V`` or ``--NAME V`` for any of ``names`` (absl takes the
-    last)."""
-    value = None
-    for index, arg in enumerate(args):
-        for name in names:
-            if arg.startswith("--{}=".format(name)):
-                value = arg.split("=", 1)[1]
-            elif arg == "--" + name and index + 1 < len(args):
-                value = args[index + 1]
-    return value
 
 
 def _tpu_limit(container: Dict[str, Any]) -> Optional[float]:
@@ -321,12 +203,4 @@ def _tpu_limit(container: Dict[str, Any]) -> Optional[float]:
 def _pod(replicated: Dict[str, Any]) -> Dict[str, Any]:
     job = _mapping(_mapping(replicated.get("template")).get("spec"))
     return _mapping(_mapping(job.get("template")).get("spec"))
-
-
-def _mapping(value: Any) -> Dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> List[Any]:
-    return value if isinstance(value, list) else []
 

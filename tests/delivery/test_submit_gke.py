@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 
+import pytest
 import yaml
 
 from conftest import REPO, clean_environ
@@ -29,18 +30,25 @@ def make(tmp_path, *args, path=None):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture
+def kubectl(tmp_path):
+    """A recording kubectl: (its path, the log of its calls)."""
+    log = tmp_path / "kubectl.jsonl"
+    tool = tmp_path / "kubectl"
+    tool.write_text(KUBECTL.format(log=log))
+    tool.chmod(0o755)
+    return str(tool), log
+
+
 def at(value, keys):
     for key in keys:
         value = value[key]
     return value
 
 
-def test_the_rendered_jobset_is_applied_to_the_clusters_context(tmp_path):
-    log = tmp_path / "kubectl.jsonl"
-    kubectl = tmp_path / "kubectl"
-    kubectl.write_text(KUBECTL.format(log=log))
-    kubectl.chmod(0o755)
-    result = make(tmp_path, "KUBECTL=" + str(kubectl), "GKE_JOB_NAME=test-submit-gke",
+def test_the_rendered_jobset_is_applied_to_the_clusters_context(tmp_path, kubectl):
+    tool, log = kubectl
+    result = make(tmp_path, "KUBECTL=" + tool, "GKE_JOB_NAME=test-submit-gke",
                   "JOB_ARGS=--data_dir=gs://b/imagenet --job-dir='gs://b/jobs/run 1'")
     assert result.returncode == 0, result.stderr
     call = json.loads(log.read_text())
@@ -68,12 +76,9 @@ def test_without_kubectl_the_manifest_and_the_command_are_printed(tmp_path):
             "build/test-no-kubectl.yaml") in result.stdout
 
 
-def test_a_broken_jobset_stops_before_kubectl(tmp_path):
-    log = tmp_path / "kubectl.jsonl"
-    kubectl = tmp_path / "kubectl"
-    kubectl.write_text(KUBECTL.format(log=log))
-    kubectl.chmod(0o755)
-    result = make(tmp_path, "KUBECTL=" + str(kubectl), "GKE_JOB_NAME=test-broken",
+def test_a_broken_jobset_stops_before_kubectl(tmp_path, kubectl):
+    tool, log = kubectl
+    result = make(tmp_path, "KUBECTL=" + tool, "GKE_JOB_NAME=test-broken",
                   "JOB_ARGS=--data_dir=gs://b/d --job-dir=/tmp/out")
     assert result.returncode != 0
     assert "args: --job-dir=/tmp/out is not gs://" in result.stderr

@@ -140,7 +140,7 @@ def _image(uri: Any, path: str) -> List[Finding]:
                         "(make check-job IMAGE_URI=... fills it in)")]
     if any(marker in str(uri) for marker in _PLACEHOLDERS):
         return [Finding(ERROR, path, "{!r} is a placeholder".format(uri),
-                        "pass --image gcr.io/PROJECT/IMAGE:TAG (make check-job does)")]
+                        "pass --image gcr.io/PROJECT/IMAGE:TAG (make check-job and submit-gke do)")]
     return []
 
 

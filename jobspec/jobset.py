@@ -150,9 +150,9 @@ def _hosts(job: Dict[str, Any], job_path: str, hosts: int) -> List[Finding]:
         value = job.get(field, 1)
         if isinstance(value, int) and not isinstance(value, bool) and value != hosts:
             findings.append(Finding(ERROR, "{}.{}".format(job_path, field), "is {}, but the "
-                                    "slice has {} host{} (one pod each){}".format(
-                                        value, hosts, "" if hosts == 1 else "s",
-                                        "" if field in job else " (left out: 1)"),
+                                    "slice has {} host{} (one pod each)".format(
+                                        value if field in job else "left out (1)", hosts,
+                                        "" if hosts == 1 else "s"),
                                     "set {}: {}".format(field, hosts)))
     return findings
 
@@ -161,17 +161,17 @@ def _container(container: Dict[str, Any], path: str, pod: Dict[str, Any], pod_pa
                shape: Optional[gke_tpus.SliceShape]) -> List[Finding]:
     findings = []
     resources = _mapping(container.get("resources"))
-    limit = _tpu_limit(container)
+    limit, written = _tpu_limit(container), _mapping(resources.get("limits")).get(
+        gke_tpus.TPU_RESOURCE)
     if shape is not None and limit != shape.chips_per_host:
         findings.append(Finding(ERROR, path + ".resources.limits[google.com/tpu]", "is {!r}, "
                                 "but a host of this slice has {} chips".format(
-                                    _mapping(resources.get("limits")).get(
-                                        gke_tpus.TPU_RESOURCE), shape.chips_per_host),
+                                    written, shape.chips_per_host),
                                 "set google.com/tpu: {}".format(shape.chips_per_host)))
     request = _mapping(resources.get("requests")).get(gke_tpus.TPU_RESOURCE)
     if request is not None and gke_tpus.quantity(request) != limit:
         findings.append(Finding(ERROR, path + ".resources.requests[google.com/tpu]", "is {!r}, "
-                                "not the limit {!r}".format(request, limit),
+                                "not the limit {!r}".format(request, written),
                                 "leave the request out (it follows the limit)"))
     image = container.get("image")
     if isinstance(image, str) and image.split("@")[0].endswith(":xrt"):

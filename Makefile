@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
-        submit-vertex local-run standin-base bench-images repository lock-dev lock-images sbom \
+        submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
         pin-bases
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
@@ -188,6 +188,34 @@ submit-vertex: check-job
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
 		--display-name $(JOB_NAME) --config $(RENDERED)
 
+## submit-gke: a JobSet on one TPU slice of a GKE cluster (docs/gke.md; image profile pjrt):
+## fills the image, JOB_ARGS (they replace the template's args) and GKE_JOB_NAME into
+## GKE_CONFIG, checks it, writes build/GKE_JOB_NAME.yaml and applies it to CLUSTER's kubectl
+## context (gcloud container clusters get-credentials makes it); without kubectl it prints the
+## manifest and the command.
+GKE_CONFIG ?= config/gke-jobset-v5e-16.yaml
+CLUSTER ?=
+CLUSTER_LOCATION ?= $(REGION)
+KUBECTL ?= kubectl
+GKE_JOB_NAME ?= pytorch-xla-$(shell date +%Y%m%d-%H%M%S)
+GKE_JOB_NAME := $(GKE_JOB_NAME)
+GKE_CONTEXT ?= gke_$(PROJECT)_$(CLUSTER_LOCATION)_$(CLUSTER)
+submit-gke: RUNTIME = pjrt
+submit-gke: $(STAMP)
+	$(call require,PROJECT)
+	$(call require,CLUSTER)
+	mkdir -p build
+	$(PY) -m jobspec check $(GKE_CONFIG) --image $(IMAGE_URI) --base-image $(BASE_IMAGE) \
+		--name $(GKE_JOB_NAME) $${JOB_ARGS:+--container-args="$$JOB_ARGS"} \
+		--write build/$(GKE_JOB_NAME).yaml
+	@if command -v $(KUBECTL) >/dev/null 2>&1; then \
+	  $(KUBECTL) --context $(GKE_CONTEXT) apply -f - < build/$(GKE_JOB_NAME).yaml; \
+	else \
+	  cat build/$(GKE_JOB_NAME).yaml; \
+	  echo "$(KUBECTL) not found; to submit the manifest above:"; \
+	  echo "  $(KUBECTL) --context $(GKE_CONTEXT) apply -f - < build/$(GKE_JOB_NAME).yaml"; \
+	fi
+
 ## local-run: rehearse in the built image (IMAGE_URI) with the entrypoint overridden and the
 ## platform's variables, as the original article did; --dry-run prints what the launcher would
 ## export and run. RUNTIME=pjrt: Vertex AI's CLUSTER_SPEC for a CPU pool (no TPU, no network
@@ -208,6 +236,9 @@ local-run: $(STAMP)
 	$(PY) -m jobspec exec $(DOCKER) run --rm --shm-size 16G --entrypoint python \
 		$(DOCKER_RUN_ARGS) $(LOCAL_ENV_$(RUNTIME)) $(IMAGE_URI) -m launcher --dry-run
 
+# The GKE templates' arguments hold bucket placeholders (make submit-gke JOB_ARGS=... replaces
+# them): lint checks them with arguments of the same shape.
+LINT_GKE_ARGS := --data_dir=gs://lint-bucket/imagenet --job-dir=gs://lint-bucket/jobs/lint
 ## lint: ruff, vermin (Python 3.7 in the image code and the SBOM writer), hadolint, check-jsonschema, yamllint.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
@@ -219,8 +250,9 @@ lint: $(STAMP)
 	$(VENV)/bin/yamllint -s -d '{extends: default, rules: {line-length: {max: 100}, document-start: disable}}' \
 		cloudbuild.yaml config .hadolint.yaml
 	for f in config/*.yaml; do \
-	  case $$f in config/vertex-*) out="--base-output-dir gs://my-bucket/out" ;; *) out= ;; esac; \
-	  $(PY) -m jobspec check $$f --image gcr.io/p/i:t $$out || exit 1; \
+	  case $$f in config/vertex-*) set -- --base-output-dir gs://my-bucket/out ;; \
+	    config/gke-*) set -- --container-args="$(LINT_GKE_ARGS)" ;; *) set -- ;; esac; \
+	  $(PY) -m jobspec check $$f --image gcr.io/p/i:t "$$@" || exit 1; \
 	done
 
 ## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer

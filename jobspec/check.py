@@ -4,9 +4,11 @@ A legacy AI Platform job (``trainingInput``, for ``gcloud ai-platform jobs submi
 --config``) is walked against ``ml.v1``'s ``Job`` and a Vertex AI ``CustomJobSpec``
 (``workerPoolSpecs``, for ``gcloud ai custom-jobs create --config``) against
 ``aiplatform.v1`` (``jobspec.shape``); the TPU rules come on top (``jobspec.rules``), then
-image URIs, a Vertex job's output directory and unfilled template placeholders.
-``check_pairing`` compares the image's base
-with the platform and ``tpuTfVersion`` (the pairing table in ``jobspec.images``).
+image URIs, a Vertex job's output directory and unfilled template placeholders. A GKE
+JobSet (``kind: JobSet``, for ``kubectl apply``) is checked against its CRD and core/v1
+(``jobspec.k8s_schema``), then the TPU rules of ``jobspec.jobset``. ``check_pairing``
+compares the image's base with the platform and ``tpuTfVersion`` (the pairing table in
+``jobspec.images``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from jobspec.api import ML, VERTEX
 from jobspec.findings import ERROR, Finding, join
 from jobspec.images import PJRT, XRT, runtime_of_base, xrt_runtime_of
+from jobspec.jobset import jobset_rules, tpu_containers
+from jobspec.k8s_schema import JOBSET_API, check_jobset_schema
 from jobspec.rules import legacy_rules, region_advice, vertex_rules
 from jobspec.shape import check_shape
 
@@ -41,8 +45,17 @@ def check_job(job: Any, region: Optional[str] = None) -> List[Finding]:
         return _check_ai_platform(job, region) + _placeholders(job, "")
     if "workerPoolSpecs" in job:
         return _check_vertex(job, region) + _placeholders(job, "")
-    return [Finding(ERROR, "(top)", "neither trainingInput (AI Platform) nor workerPoolSpecs "
-                    "(Vertex AI) found", "start from a template in config/")]
+    if is_jobset(job):
+        return _check_jobset(job) + _placeholders(job, "")
+    return [Finding(ERROR, "(top)", "neither trainingInput (AI Platform), workerPoolSpecs "
+                    "(Vertex AI) nor kind: JobSet (GKE) found", "start from a template in "
+                    "config/")]
+
+
+def is_jobset(job: Any) -> bool:
+    """Whether a parsed file is a JobSet manifest (GKE)."""
+    return isinstance(job, dict) and (job.get("kind") == "JobSet" or str(
+        job.get("apiVersion", "")).startswith(JOBSET_API.split("/")[0] + "/"))
 
 
 def check_pairing(job: Any, base_image: str) -> List[Finding]:
@@ -67,6 +80,10 @@ def check_pairing(job: Any, base_image: str) -> List[Finding]:
             return [Finding(ERROR, path, "is {!r}, but the image's torch_xla ({}) only talks to "
                             "a {} TPU runtime".format(version, base_image, wanted),
                             'set tpuTfVersion: "{}"'.format(wanted))]
+    elif is_jobset(job) and runtime == XRT:
+        return [Finding(ERROR, "spec.replicatedJobs", "a GKE TPU slice runs TPU VMs, which "
+                        "need the pjrt image, but the image is built on {}".format(base_image),
+                        "make build push RUNTIME=pjrt")]
     elif "workerPoolSpecs" in job and runtime == XRT:
         return [Finding(ERROR, "workerPoolSpecs", "Vertex AI runs TPU VMs, which need the pjrt "
                         "image, but the image is built on {}".format(base_image),
@@ -112,13 +129,26 @@ def _check_vertex(spec: Dict[str, Any], region: Optional[str]) -> List[Finding]:
     return findings + _output_directory(spec) + region_advice(region, "--region")
 
 
+def _check_jobset(job: Dict[str, Any]) -> List[Finding]:
+    findings = check_jobset_schema(job)
+    if job.get("apiVersion") != JOBSET_API or job.get("kind") != "JobSet":
+        findings.insert(0, Finding(ERROR, "apiVersion", "is {!r} with kind {!r}; the checked "
+                                   "API is {} JobSet".format(job.get("apiVersion"),
+                                                             job.get("kind"), JOBSET_API),
+                                   "set apiVersion: {} and kind: JobSet".format(JOBSET_API)))
+    findings += jobset_rules(job)
+    for path, container in tpu_containers(job):
+        findings += _image(container.get("image"), path + ".image")
+    return findings
+
+
 def _image(uri: Any, path: str) -> List[Finding]:
     if not uri:
         return [Finding(ERROR, path, "is missing", "set it to your pushed image "
                         "(make check-job IMAGE_URI=... fills it in)")]
     if any(marker in str(uri) for marker in _PLACEHOLDERS):
         return [Finding(ERROR, path, "{!r} is a placeholder".format(uri),
-                        "pass --image gcr.io/PROJECT/IMAGE:TAG (make check-job does)")]
+                        "pass --image gcr.io/PROJECT/IMAGE:TAG (make check-job and submit-gke do)")]
     return []
 
 
@@ -153,8 +183,8 @@ def _placeholders(value: Any, path: str) -> List[Finding]:
                 for f in _placeholders(item, "{}[{}]".format(path, index))]
     # Image URIs and the output directory are checked (and reported) by _image and
     # _output_directory.
-    if isinstance(value, str) and "YOUR_" in value and not path.endswith("imageUri") \
-            and path != _OUTPUT_DIR:
+    if isinstance(value, str) and "YOUR_" in value \
+            and not path.endswith(("imageUri", ".image")) and path != _OUTPUT_DIR:
         return [Finding(ERROR, path, "{!r} is a template placeholder".format(value),
                         "replace it with your value")]
     return []
@@ -164,6 +194,8 @@ def set_container_args(job: Dict[str, Any], args: List[str]) -> None:
     """Vertex AI: the job's arguments (they reach the launcher, then the trainer)."""
     for _, pool in worker_pools(job):
         pool.setdefault("containerSpec", {})["args"] = list(args)
+    for _, container in tpu_containers(job) if is_jobset(job) else ():
+        container["args"] = list(args)
 
 
 def set_base_output_dir(job: Dict[str, Any], uri: str) -> None:
@@ -184,3 +216,13 @@ def set_image(job: Dict[str, Any], image: str) -> None:
                 config["imageUri"] = image
     for _, pool in worker_pools(job):
         pool.setdefault("containerSpec", {})["imageUri"] = image
+    for _, container in tpu_containers(job) if is_jobset(job) else ():
+        container["image"] = image
+
+
+def set_name(job: Dict[str, Any], name: str) -> None:
+    """GKE: the JobSet's name (its pods, Jobs and headless service are named after it)."""
+    if is_jobset(job):
+        if not isinstance(job.get("metadata"), dict):
+            job["metadata"] = {}
+        job["metadata"]["name"] = name

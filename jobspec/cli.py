@@ -1,13 +1,14 @@
 """``python -m jobspec check FILE [--image URI] [--base-image B] [--region R]
-[--container-args TEXT] [--base-output-dir gs://...] [--write OUT]``,
+[--container-args TEXT] [--base-output-dir gs://...] [--name NAME] [--write OUT]``,
 ``python -m jobspec cloudbuild FILE`` and ``python -m jobspec exec COMMAND...`` (runs COMMAND
 with the words of ``$JOB_ARGS`` appended).
 
-``check`` fills ``--image`` into the job's image fields and, for Vertex AI, ``--container-args``
-(split like a POSIX shell splits the same text after ``--`` on gcloud's command line) into
-``containerSpec.args`` and ``--base-output-dir`` into ``baseOutputDirectory``; then prints each
-finding as one line and, when there is no error, writes the job to ``--write`` (what ``make
-submit``/``submit-vertex`` send).
+``check`` fills ``--image`` into the job's image fields and, for Vertex AI and GKE,
+``--container-args`` (split like a POSIX shell splits the same text after ``--`` on gcloud's
+command line) into ``containerSpec.args`` or the TPU container's ``args``; for Vertex AI
+``--base-output-dir`` into ``baseOutputDirectory``, and for GKE ``--name`` into a JobSet's
+``metadata.name``; then prints each finding as one line and, when there is no error, writes
+the job to ``--write`` (what ``make submit``/``submit-vertex``/``submit-gke`` send).
 Exit code: 0 valid (warnings allowed), 1 errors found, 2 unreadable file or arguments.
 """
 
@@ -27,6 +28,7 @@ from jobspec.check import (
     set_base_output_dir,
     set_container_args,
     set_image,
+    set_name,
 )
 from jobspec.cloudbuild import check_cloudbuild
 from jobspec.findings import ERROR, Finding
@@ -48,6 +50,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if isinstance(job, dict):
         if args.image:
             set_image(job, args.image)
+        if args.name:
+            set_name(job, args.name)
         if args.container_args is not None:
             try:
                 set_container_args(job, job_args(args.container_args))
@@ -79,12 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--base-image", help="the image's base (make passes BASE_IMAGE): checks "
                        "it against the platform and tpuTfVersion")
     check.add_argument("--write", help="write the (image-filled) job here when it is valid")
-    check.add_argument("--container-args", help="Vertex AI: the container's arguments as one "
-                       "shell-quoted text (make passes JOB_ARGS)")
+    check.add_argument("--container-args", help="Vertex AI and GKE: the container's arguments "
+                       "as one shell-quoted text (make passes JOB_ARGS)")
     check.add_argument("--base-output-dir", help="Vertex AI: the job's output directory "
                        "(gs://BUCKET/DIR; make passes BASE_OUTPUT_DIR), under which the "
                        "container gets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and "
                        "AIP_TENSORBOARD_LOG_DIR")
+    check.add_argument("--name", help="GKE: the JobSet's metadata.name")
     build = sub.add_parser("cloudbuild", help="check what the cloudbuild JSON schema misses")
     build.add_argument("file")
     run = sub.add_parser("exec", help="run COMMAND with the words of $JOB_ARGS appended")

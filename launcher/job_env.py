@@ -14,6 +14,10 @@ Inputs (all optional; an empty value counts as unset):
                  explicit user choices, honoured before anything is detected.
 ``TPU_ACCELERATOR_TYPE``, ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``
                  set on TPU VMs (GKE, Vertex): hints that local TPU chips are expected.
+                 ``TPU_WORKER_ID`` (0-based) and ``TPU_WORKER_HOSTNAMES`` (comma-separated,
+                 in worker order), which GKE injects into each pod of a multi-host slice,
+                 also say which host of the slice this is (``SliceHost``); torch_xla reads
+                 them itself, as set.
 
 Nothing below this module reads ``os.environ``: ``JobEnvironment.from_environ`` takes a
 mapping, so tests pass plain dicts.
@@ -108,6 +112,45 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class SliceHost:
+    """This host's place in a multi-host TPU slice: worker ``worker_id`` (0-based) of the
+    hosts ``hostnames`` lists in worker order."""
+
+    worker_id: int
+    hostnames: Tuple[str, ...]
+
+    @classmethod
+    def parse(cls, worker_id: Optional[str], hostnames: Optional[str]
+              ) -> Optional["SliceHost"]:
+        """None without ``TPU_WORKER_HOSTNAMES`` (a single host: torch_xla asks the metadata
+        server); a ``ConfigError`` naming the variable when the two disagree."""
+        if hostnames is None:
+            return None
+        names = tuple(name.strip() for name in hostnames.split(","))
+        example = "e.g. TPU_WORKER_HOSTNAMES=host-0,host-1,host-2,host-3 TPU_WORKER_ID=2"
+        if not all(names):
+            raise ConfigError("TPU_WORKER_HOSTNAMES={!r} has an empty host name".format(
+                hostnames), "list every host of the slice once, " + example)
+        if worker_id is None:
+            if len(names) == 1:
+                return cls(0, names)
+            raise ConfigError("TPU_WORKER_HOSTNAMES lists {} hosts but TPU_WORKER_ID is not "
+                              "set: torch_xla cannot tell which host this is".format(
+                                  len(names)), "GKE sets both in an Indexed Job; " + example)
+        text = worker_id.strip()
+        if not (text.isdigit() and text.isascii()) or int(text) >= len(names):
+            raise ConfigError("TPU_WORKER_ID={!r} is not a worker of the {} host{} "
+                              "TPU_WORKER_HOSTNAMES lists (0 to {})".format(
+                                  worker_id, len(names), "" if len(names) == 1 else "s",
+                                  len(names) - 1), example)
+        return cls(int(text), names)
+
+    def describe(self) -> str:
+        return "host {} of {} (TPU_WORKER_ID={}; TPU_WORKER_HOSTNAMES: {})".format(
+            self.worker_id + 1, len(self.hostnames), self.worker_id, ", ".join(self.hostnames))
+
+
+@dataclass(frozen=True)
 class JobEnvironment:
     """Everything the launcher reads from the environment, parsed and validated once."""
 
@@ -117,6 +160,7 @@ class JobEnvironment:
     tpu_name: Optional[str] = None
     runtime_settings: Tuple[Tuple[str, str], ...] = ()
     tpu_vm_hints: Tuple[Tuple[str, str], ...] = ()
+    slice_host: Optional[SliceHost] = None
 
     def setting(self, name: str) -> Optional[str]:
         """The user's value of runtime variable ``name``, or None when unset."""
@@ -151,6 +195,7 @@ class JobEnvironment:
                 for name in RUNTIME_VARIABLES if get(name)),
             tpu_vm_hints=tuple((name, environ[name].strip()) for name in TPU_VM_HINT_VARIABLES
                                if get(name)),
+            slice_host=SliceHost.parse(get("TPU_WORKER_ID"), get("TPU_WORKER_HOSTNAMES")),
         )
 
 

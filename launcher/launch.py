@@ -67,7 +67,7 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
     """
     command = trainer_command(options)
     job_env = JobEnvironment.from_environ(environ)
-    platform = detect_platform(job_env, options.host_root)
+    platform = detect_platform(job_env, options.host_root, rehearsal=options.dry_run)
     runtime = detect_runtime(options.xla_runtime)
     check_supported(platform, runtime)  # fail in seconds, before any waiting
     endpoint = None

@@ -23,10 +23,18 @@ from launcher.platforms.base import Platform
 DETECTORS = (explicit.detect, tpu_node.detect, tpu_vm.detect, local.detect)
 
 
-def detect_platform(job_env: JobEnvironment, root: str = "/") -> Platform:
-    """The first platform whose detector matches; ``local`` always does."""
-    for detect in DETECTORS:
-        platform = detect(job_env, root)
-        if platform is not None:
-            return platform
+def detect_platform(job_env: JobEnvironment, root: str = "/", rehearsal: bool = False
+                    ) -> Platform:
+    """The first platform whose detector matches; ``local`` always does. ``rehearsal`` (a
+    dry run): TPU chips the environment expects but this machine lacks are a warning, and the
+    platform is what a host with them would be."""
+    try:
+        for detect in DETECTORS:
+            platform = detect(job_env, root)
+            if platform is not None:
+                return platform
+    except tpu_vm.NoTpuChipsError as missing:
+        if rehearsal and missing.rehearsal is not None:
+            return missing.rehearsal
+        raise
     raise AssertionError("local.detect always matches")  # pragma: no cover

@@ -7,7 +7,12 @@ gVNIC network card (``1ae0:0042``, on every C3/N4/C4 VM) and the Persistent Disk
 controller (``1ae0:001f``); they and any id nobody knows are never counted as chips. When the
 environment says TPUs are expected (``TPU_ACCELERATOR_TYPE``, ``TPU_WORKER_ID``,
 ``TPU_WORKER_HOSTNAMES``, or a TPU machine in Vertex's ``CLUSTER_SPEC``) but no chip is
-visible, detection fails loudly instead of letting the job fall back to the CPU.
+visible, detection fails loudly instead of letting the job fall back to the CPU; in a dry run
+(``rehearsal``) it says so in a warning and shows what a host of the slice would get, so a
+slice's environment can be rehearsed on a machine without TPUs (docs/gke.md).
+
+On a multi-host slice (GKE's ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES``) the summary says
+which host this is and how many the slice has.
 """
 
 from __future__ import annotations
@@ -36,21 +41,39 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
     chips = find_tpu_chips(root, google_ids)
     others = _not_tpus(google_ids)
     hints = _tpu_hints(job_env)
+    slice_facts = (("slice", job_env.slice_host.describe()),) if job_env.slice_host else ()
     if not chips:
         if hints:
-            raise ConfigError(
+            missing = NoTpuChipsError(
                 "{} says this job has TPUs, but no TPU chip is visible (no TPU device of PCI "
                 "vendor {} under {}{}, no /dev/accel*, no /dev/vfio/N)".format(
                     hints[0], GOOGLE_PCI_VENDOR, os.path.join(root, "sys/bus/pci/devices"),
                     "; only " + ", ".join(others) if others else ""),
                 "give the container the TPU devices (docker run --privileged or --device), or "
                 "remove the TPU settings to train on the CPU")
+            raise missing.with_rehearsal(Platform(
+                kind=TPU_VM, description="TPU VM (dry run: no TPU chip is visible here)",
+                facts=slice_facts + tuple(("hint", hint) for hint in hints),
+                warnings=("dry run without TPU chips: a real run stops here (exit {}): "
+                          "{}".format(missing.exit_code, missing.message),)))
         return None
     facts = [("TPU chips", "{} ({})".format(len(chips), ", ".join(sorted(set(chips)))))]
+    facts.extend(slice_facts)
     facts.extend(("hint", hint) for hint in hints)
     facts.extend(("not a TPU", other) for other in others)
     return Platform(kind=TPU_VM, description="TPU VM with local chips", facts=tuple(facts),
                     tpu_chips=chips)
+
+
+class NoTpuChipsError(ConfigError):
+    """The environment expects TPU chips and none is visible. ``rehearsal``: the platform a
+    host with chips would be, which a dry run shows instead of failing."""
+
+    rehearsal: Optional[Platform] = None
+
+    def with_rehearsal(self, platform: Platform) -> "NoTpuChipsError":
+        self.rehearsal = platform
+        return self
 
 
 def find_tpu_chips(root: str, google_ids: Optional[List[str]] = None) -> Tuple[str, ...]:

@@ -87,10 +87,7 @@ class Plan:
 
     @property
     def batch_bytes(self) -> int:
-        """One decoded local batch, the larger of training and evaluation (uint8 images and
-        int64 labels)."""
-        local = max(self.shape.batch, self.shape.eval_batch) // self.shape.hosts
-        return local * (CHANNELS * self.shape.image_size ** 2 + 8)
+        return batch_bytes(self.shape)
 
     @property
     def worker_ram(self) -> int:
@@ -99,16 +96,11 @@ class Plan:
 
     @property
     def batches_in_flight(self) -> int:
-        """Decoded local batches alive at once on a host: those the workers built and have
-        not handed over, and those the device loader holds (without workers: the one the
-        trainer builds)."""
-        workers = self.shape.workers
-        return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES if workers else 1)
+        return batches_in_flight(self.shape.workers)
 
     @property
     def shared_memory(self) -> int:
-        """``/dev/shm`` the batches in flight need (none without worker processes)."""
-        return self.batches_in_flight * self.batch_bytes if self.shape.workers else 0
+        return shared_memory(self.shape)
 
     @property
     def host_ram(self) -> int:
@@ -121,6 +113,27 @@ class Plan:
     def host_total(self) -> int:
         """``host_ram`` and the worker processes' own memory (an estimate)."""
         return self.host_ram + self.shape.workers * WORKER_PROCESS_BYTES
+
+
+# The memory arithmetic needs only the shape, not the index: ``python -m jobspec check`` sizes a
+# GKE pod's /dev/shm with it (this module imports no torch).
+def batch_bytes(shape: SliceShape) -> int:
+    """One decoded local batch, the larger of training and evaluation (uint8 images and
+    int64 labels)."""
+    local = max(shape.batch, shape.eval_batch) // shape.hosts
+    return local * (CHANNELS * shape.image_size ** 2 + 8)
+
+
+def batches_in_flight(workers: int) -> int:
+    """Decoded local batches alive at once on a host: those the workers built and have not
+    handed over, and those the device loader holds (without workers: the one the trainer
+    builds)."""
+    return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES if workers else 1)
+
+
+def shared_memory(shape: SliceShape) -> int:
+    """``/dev/shm`` a host's batches in flight need (none without worker processes)."""
+    return batches_in_flight(shape.workers) * batch_bytes(shape) if shape.workers else 0
 
 
 def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 0) -> Plan:

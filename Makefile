@@ -192,7 +192,7 @@ local-run: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
-		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py
+		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py imagebuild/pip_check.py
 	$(VENV)/bin/hadolint Dockerfile standin/xrt.Dockerfile standin/pjrt.Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.cloudbuild cloudbuild.yaml
 	$(PY) -m jobspec cloudbuild cloudbuild.yaml
@@ -228,13 +228,16 @@ lock-dev:
 
 ## lock-images: requirements/image-xrt.lock and image-pjrt.lock, every package each Dockerfile
 ## build installs with its sha256, resolved by pip inside the stand-ins (imagebuild/lock.py;
-## builds them when missing). PIP_CERT: a CA bundle pip must trust, mounted read-only.
+## builds them when missing). The existing locks' pins are kept (only a moved top-level pin
+## moves what it needs); UPGRADE=1 re-resolves from scratch. PIP_CERT: a CA bundle pip must
+## trust, mounted read-only.
+UPGRADE ?=
 lock-images: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && \
 	for runtime in xrt pjrt; do \
 	  env $$engine $(DOCKER) image inspect tpu-standin:$$runtime >/dev/null 2>&1 || \
 	    env $$engine $(MAKE) --no-print-directory standin-base RUNTIME=$$runtime || exit 1; \
-	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt
+	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt $(if $(UPGRADE),--upgrade)
 
 ## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
 ## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and

@@ -18,15 +18,19 @@ ENV PATH=${CONDA_ENV}/bin:/root/anaconda3/bin:/usr/local/sbin:/usr/local/bin:/us
 
 # The CA bundle pip needs on this machine arrives as a build secret and is never stored.
 # `pip install --force-reinstall pip` rewrites the console scripts for the interpreter's new path.
+# Every version is pinned by constraints.txt (standin/xrt-constraints.txt, bind-mounted: not
+# stored), so the order below still decides what the real build's order decided, and a
+# rebuild installs the same set.
 # hadolint ignore=DL3013,SC2086
 RUN --mount=type=secret,id=pip_cert \
+    --mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     set -e; \
     python -m pip install --force-reinstall pip==22.0.4; \
     for spec in numpy pyyaml tensorboard google-api-python-client oauth2client \
                 google-cloud-storage cloud-tpu-client tensorboardX lark-parser \
                 "torch==1.11.0 torchvision==0.12.0"; do \
-      python -m pip install $spec; \
+      python -m pip install -c /tmp/constraints.txt $spec; \
     done; \
     python -c "import cloud_tpu_client, torch; assert torch.__version__.startswith('1.11')"
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from conftest import REPO
-from imagebuild.lock import assumed, locked_pins, render
+from imagebuild.lock import assumed, kept_pins, locked_pins, render
 from imagebuild.sbom import normalize, read_lock
 
 RUNTIMES = ("xrt", "pjrt")
@@ -71,3 +71,42 @@ def test_render_and_read_back(tmp_path):
                                "google-cloud-storage": ("3.17.1", "g" * 64),
                                "protobuf": ("7.36.2", "p" * 64)}
     assert "#   numpy==2.2.6" in path.read_text()
+
+
+def test_a_relock_keeps_the_existing_pins_but_the_top_level_ones(tmp_path):
+    requirements = tmp_path / "requirements"
+    requirements.mkdir()
+    (requirements / "image-pjrt.txt").write_text("# pins\ngoogle-cloud-storage==3.17.1\n")
+    (requirements / "image-pjrt.lock").write_text(
+        render("pjrt", locked_pins(REPORTS), assumed(REPORTS)))
+    # The top-level pin says its own version; the rest stay where the lock has them.
+    assert kept_pins("pjrt", tmp_path) == ["absl-py==2.5.1", "protobuf==7.36.2"]
+    (requirements / "image-pjrt.lock").unlink()
+    assert kept_pins("pjrt", tmp_path) == []  # a first lock: nothing to keep
+
+
+def test_the_shipped_locks_constrain_a_relock():
+    for runtime in RUNTIMES:
+        kept = kept_pins(runtime)
+        locked = read_lock(REPO / "requirements" / "image-{}.lock".format(runtime))
+        assert kept and len(kept) == len(locked) - len(top_level(runtime))
+
+
+STANDIN = REPO / "standin"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_stand_ins_install_every_package_at_a_pinned_version(runtime):
+    dockerfile = (STANDIN / "{}.Dockerfile".format(runtime)).read_text()
+    steps = "\n".join(line for line in dockerfile.splitlines() if not line.startswith("#"))
+    installs = re.findall(r"pip install ([^;\\]*)", steps)
+    assert installs
+    for install in installs:  # pip itself is pinned exactly; everything else by -c
+        assert "-c /tmp/constraints.txt" in install or re.fullmatch(
+            r"--force-reinstall pip==[\d.]+", install.strip()), install
+    assert "--mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt" in dockerfile
+    pins = [line for line in (STANDIN / "{}-constraints.txt".format(runtime)).read_text()
+            .splitlines() if line and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.+]+", pin) for pin in pins)
+    assert '"$here/$runtime-constraints.txt" "$work/context/constraints.txt"' in \
+        (STANDIN / "build.sh").read_text()

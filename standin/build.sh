@@ -9,7 +9,7 @@
 # 2. The real image's interpreter: pyenv's CPython 3.7 (xrt) or 3.10 (pjrt), copied to the path
 #    the real image has it at, minus this machine's site-packages.
 # 3. The real image's packages, installed the way its build installs them (standin/*.Dockerfile),
-#    each at the version standin/RUNTIME-constraints.txt pins.
+#    each at the version standin/RUNTIME-pins.txt pins.
 #
 # Environment: DOCKER (client, default docker), PYENV_ROOT (default ~/.pyenv), PIP_CERT (a CA
 # bundle pip must trust to reach PyPI; passed as a build secret, never stored in a layer).
@@ -53,8 +53,8 @@ mkdir -p "$work/context"
 tar -C "$python_dir" -c --exclude='./lib/python*/site-packages/_sandboxing*' \
   --exclude='__pycache__' . | (mkdir -p "$work/context/python" && tar -C "$work/context/python" -x)
 cp "$here/docker-entrypoint.sh" "$work/context/"
-# Every package's version (standin/RUNTIME-constraints.txt), for pip's -c in the Dockerfile.
-cp "$here/$runtime-constraints.txt" "$work/context/constraints.txt"
+# Every package at its version (standin/RUNTIME-pins.txt), for the Dockerfile's pip installs.
+cp "$here/$runtime-pins.txt" "$work/context/pins.txt"
 
 secret=()
 if [ -n "${PIP_CERT:-}" ]; then

@@ -12,15 +12,15 @@ RUN ldconfig
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Every version is pinned by constraints.txt (standin/pjrt-constraints.txt, bind-mounted: not
-# stored): a rebuild installs the same set.
+# Every version is pinned by pins.txt (standin/pjrt-pins.txt, bind-mounted: not stored, used
+# as pip's constraints): a rebuild installs the same set.
 # hadolint ignore=DL3013
 RUN --mount=type=secret,id=pip_cert \
-    --mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt \
+    --mount=type=bind,source=pins.txt,target=/tmp/pins.txt \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     set -e; \
     python -m pip install --force-reinstall pip==23.0.1; \
-    python -m pip install -c /tmp/constraints.txt torch==2.9.0 torch_xla==2.9.0; \
+    python -m pip install -c /tmp/pins.txt torch==2.9.0 torch_xla==2.9.0; \
     python -c "import torch, torch_xla; assert torch_xla.__version__.startswith('2.9')"
 
 # The release image installs the torchvision wheel it builds at torch's pin (pytorch/xla's
@@ -28,10 +28,10 @@ RUN --mount=type=secret,id=pip_cert \
 # the 7 GB one above cached.
 # hadolint ignore=DL3013
 RUN --mount=type=secret,id=pip_cert \
-    --mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt \
+    --mount=type=bind,source=pins.txt,target=/tmp/pins.txt \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     set -e; \
-    python -m pip install -c /tmp/constraints.txt torchvision==0.24.0; \
+    python -m pip install -c /tmp/pins.txt torchvision==0.24.0; \
     python -c "import torch, torchvision, PIL; assert torch.__version__.startswith('2.9.0')"
 
 COPY docker-entrypoint.sh /usr/local/bin/docker-entrypoint.sh

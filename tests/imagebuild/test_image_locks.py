@@ -95,18 +95,21 @@ def test_the_shipped_locks_constrain_a_relock():
 STANDIN = REPO / "standin"
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_the_stand_ins_install_every_package_at_a_pinned_version(runtime):
+@pytest.mark.parametrize("runtime, pinned_by", [
+    ("xrt", "--no-deps -r /tmp/pins.txt"),  # the set is inconsistent, as in the real base
+    ("pjrt", "-c /tmp/pins.txt"),
+])
+def test_the_stand_ins_install_every_package_at_a_pinned_version(runtime, pinned_by):
     dockerfile = (STANDIN / "{}.Dockerfile".format(runtime)).read_text()
     steps = "\n".join(line for line in dockerfile.splitlines() if not line.startswith("#"))
     installs = re.findall(r"pip install ([^;\\]*)", steps)
     assert installs
-    for install in installs:  # pip itself is pinned exactly; everything else by -c
-        assert "-c /tmp/constraints.txt" in install or re.fullmatch(
+    for install in installs:  # pip itself is pinned exactly; everything else by the pins
+        assert pinned_by in install or re.fullmatch(
             r"--force-reinstall pip==[\d.]+", install.strip()), install
-    assert "--mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt" in dockerfile
-    pins = [line for line in (STANDIN / "{}-constraints.txt".format(runtime)).read_text()
+    assert "--mount=type=bind,source=pins.txt,target=/tmp/pins.txt" in dockerfile
+    pins = [line for line in (STANDIN / "{}-pins.txt".format(runtime)).read_text()
             .splitlines() if line and not line.startswith("#")]
     assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.+]+", pin) for pin in pins)
-    assert '"$here/$runtime-constraints.txt" "$work/context/constraints.txt"' in \
+    assert '"$here/$runtime-pins.txt" "$work/context/pins.txt"' in \
         (STANDIN / "build.sh").read_text()

@@ -125,7 +125,7 @@ def test_the_build_check_refuses_a_conflict_the_pins_do_not_allow(images, tmp_pa
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_stand_ins_hold_exactly_their_pinned_versions(images, runtime):
-    text = (REPO / "standin" / "{}-constraints.txt".format(runtime)).read_text()
+    text = (REPO / "standin" / "{}-pins.txt".format(runtime)).read_text()
     pinned = dict(line.split("==") for line in text.splitlines()
                   if line and not line.startswith("#"))
     held = installed(STANDIN.format(runtime))

@@ -188,7 +188,8 @@ local-run: $(STAMP)
 		$(DOCKER_RUN_ARGS) -e TF_CONFIG='$(LOCAL_TF_CONFIG)' -e TPU_CONFIG='$(LOCAL_TPU_CONFIG)' \
 		$(IMAGE_URI) -m launcher --dry-run
 
-## lint: ruff, vermin (Python 3.7 in the image code and the SBOM writer), hadolint, check-jsonschema, yamllint.
+## lint: ruff, vermin (Python 3.7 in the image code, the SBOM writer and the pip check), hadolint,
+## check-jsonschema, yamllint.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex local-run standin-base bench-images repository lock-dev lock-images sbom \
-        pin-bases
+        pin-bases standin-pins
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
@@ -239,6 +239,11 @@ lock-images: $(STAMP)
 	  env $$engine $(DOCKER) image inspect tpu-standin:$$runtime >/dev/null 2>&1 || \
 	    env $$engine $(MAKE) --no-print-directory standin-base RUNTIME=$$runtime || exit 1; \
 	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt $(if $(UPGRADE),--upgrade)
+
+## standin-pins: the sha256 of each file the stand-ins install, into standin/RUNTIME-pins.txt
+## (edit the versions there by hand; imagebuild/standin_pins.py asks pip in the stand-ins).
+standin-pins: $(STAMP)
+	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m imagebuild.standin_pins xrt pjrt
 
 ## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
 ## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and

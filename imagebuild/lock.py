@@ -82,22 +82,29 @@ def resolve(runtime: str, docker: str = "docker", kept: Iterable[str] = ()
 
 
 def _resolve(runtime: str, docker: str, constraints: str) -> Dict[str, object]:
-    command = [docker, "run", "--rm", "--network", "host", "--entrypoint", "sh",
-               "-v", "{}:/req:ro".format(REPO / "requirements"),
-               "-v", "{}:/constraints:ro".format(constraints)]
-    cert = os.environ.get("PIP_CERT")
-    if cert:
-        command += ["-v", "{}:/tmp/pip-cert.pem:ro".format(cert),
-                    "-e", "PIP_CERT=/tmp/pip-cert.pem"]
-    command += [STANDIN.format(runtime), "-c",
-                _SCRIPT.format(pip=RESOLVER_PIP, runtime=runtime)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = run_in_standin(runtime, docker, _SCRIPT.format(pip=RESOLVER_PIP, runtime=runtime),
+                            {str(REPO / "requirements"): "/req", constraints: "/constraints"})
     if result.returncode != 0:
         raise SystemExit("imagebuild.lock: resolving in {} failed: {}\nHINT: where a pin you "
                          "moved needs another version of a locked package, re-resolve from "
                          "scratch: make lock-images UPGRADE=1".format(
                              STANDIN.format(runtime), result.stderr.strip()[-2000:]))
     return json.loads(result.stdout)
+
+
+def run_in_standin(runtime: str, docker: str, script: str, mounts: Dict[str, str]
+                   ) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a throwaway container of the stand-in, on the host's network, with
+    ``mounts`` (host folder -> container folder) read-only and ``PIP_CERT``'s bundle."""
+    command = [docker, "run", "--rm", "--network", "host", "--entrypoint", "sh"]
+    for host, container in sorted(mounts.items()):
+        command += ["-v", "{}:{}:ro".format(host, container)]
+    cert = os.environ.get("PIP_CERT")
+    if cert:
+        command += ["-v", "{}:/tmp/pip-cert.pem:ro".format(cert),
+                    "-e", "PIP_CERT=/tmp/pip-cert.pem"]
+    command += [STANDIN.format(runtime), "-c", script]
+    return subprocess.run(command, capture_output=True, text=True)
 
 
 def pins(report: Dict[str, object]) -> List[Pin]:

@@ -9,7 +9,7 @@
 # 2. The real image's interpreter: pyenv's CPython 3.7 (xrt) or 3.10 (pjrt), copied to the path
 #    the real image has it at, minus this machine's site-packages.
 # 3. The real image's packages, installed the way its build installs them (standin/*.Dockerfile),
-#    each at the version standin/RUNTIME-pins.txt pins.
+#    each at the version and file (sha256) standin/RUNTIME-pins.txt pins.
 #
 # Environment: DOCKER (client, default docker), PYENV_ROOT (default ~/.pyenv), PIP_CERT (a CA
 # bundle pip must trust to reach PyPI; passed as a build secret, never stored in a layer).

@@ -125,11 +125,9 @@ def test_the_build_check_refuses_a_conflict_the_pins_do_not_allow(images, tmp_pa
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_stand_ins_hold_exactly_their_pinned_versions(images, runtime):
-    text = (REPO / "standin" / "{}-pins.txt".format(runtime)).read_text()
-    pinned = dict(line.split("==") for line in text.splitlines()
-                  if line and not line.startswith("#"))
+    pinned = read_lock(REPO / "standin" / "{}-pins.txt".format(runtime))
     held = installed(STANDIN.format(runtime))
-    assert {normalize(name): version for name, version in pinned.items()} == {
+    assert {name: version for name, (version, _) in pinned.items()} == {
         name: version for name, version in held.items() if name not in ("pip", "setuptools")}
 
 

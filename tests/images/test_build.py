@@ -99,9 +99,9 @@ def test_make_push_to_a_real_registry_and_pull_back(images, registry):
 
 def test_why_the_images_run_as_root(images):
     """docs/submitting.md, "Why the image runs as root": neither image sets a user; as another
-    user the xrt image cannot start its base's interpreter (the conda env is in root's 0700
-    home), while the pjrt image's launcher runs on the CPU (its TPU devices are what keeps it
-    root)."""
+    user the xrt image cannot start its base's interpreter (on the stand-in the conda env is
+    in root's 0700 home), while the pjrt image's launcher runs on the CPU (its TPU devices are
+    what keeps it root)."""
     for image in images.values():
         assert docker("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip() \
             in ("", "root", "0")

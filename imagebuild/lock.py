@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,12 +72,9 @@ def resolve(runtime: str, docker: str = "docker", kept: Iterable[str] = ()
     """pip's reports from inside the stand-in: ``base`` (pip list), ``install`` (what a
     plain install adds) and ``all`` (the whole resolution, as if nothing were installed),
     each constrained to the ``kept`` pins."""
-    constraints = tempfile.mkdtemp(prefix="lock-constraints-")
-    Path(constraints, "kept.txt").write_text("".join(pin + "\n" for pin in kept))
-    try:
+    with tempfile.TemporaryDirectory(prefix="lock-constraints-") as constraints:
+        Path(constraints, "kept.txt").write_text("".join(pin + "\n" for pin in kept))
         return _resolve(runtime, docker, constraints)
-    finally:
-        shutil.rmtree(constraints, ignore_errors=True)
 
 
 def _resolve(runtime: str, docker: str, constraints: str) -> Dict[str, object]:

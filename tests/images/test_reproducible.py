@@ -1,7 +1,8 @@
 """Images you can rebuild: what the build installs is exactly its lock (both images), a second
 build from nothing installs the same set, a changed hash stops the build with pip's error,
 ``pip check`` finds nothing but the conflicts the pins allow, the stand-ins hold exactly their
-pinned versions, a re-lock keeps the lock's pins unless asked to upgrade, the SBOM in the image
+pinned versions (whose hashes ``make standin-pins`` writes), a re-lock keeps the lock's pins
+unless asked to upgrade, the SBOM in the image
 is valid CycloneDX and lists every locked package, the Debian packages, the base and the
 project, and a base pinned by digest (make pin-bases, against a registry on loopback) builds
 while a wrong digest fails."""
@@ -205,3 +206,19 @@ def test_pin_bases_pins_a_pushed_base_and_a_wrong_digest_fails(images, registry,
                              IMAGE_URI="tpu-xla-test:wrong-base"), env=clean_environ())
     assert wrong.returncode != 0 and "0" * 64 in wrong.stderr
     docker("rmi", "tpu-xla-test:pinned", pushed, check=False)
+
+
+def test_make_standin_pins_writes_the_hash_of_the_file_pip_picks(images, tmp_path):
+    checkout = tmp_path / "checkout"
+    for name in ("requirements", "imagebuild", "standin"):
+        shutil.copytree(str(REPO / name), str(checkout / name))
+    shipped = read_lock(REPO / "standin" / "xrt-pins.txt")
+    path = checkout / "standin" / "xrt-pins.txt"
+    path.write_text("".join("{}=={}\n".format(name, version)
+                            for name, (version, _) in shipped.items()))  # versions only
+    result = subprocess.run([sys.executable, "-m", "imagebuild.standin_pins", "xrt"],
+                            cwd=str(checkout), env=clean_environ(DOCKER=DOCKER),
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert read_lock(path) == shipped
+    assert path.read_text() == (REPO / "standin" / "xrt-pins.txt").read_text()

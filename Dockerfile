@@ -12,6 +12,8 @@ ARG BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.11_3.7
 # hadolint ignore=DL3026
 FROM ${BASE_IMAGE}
 
+# The base's reference again (an ARG before FROM is not visible after it): the SBOM names it.
+ARG BASE_IMAGE
 ARG RUNTIME=xrt
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -19,13 +21,15 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY requirements/image-${RUNTIME}.txt requirements/image-${RUNTIME}.lock imagebuild/sbom.py \
-     /tmp/build/
+COPY requirements/image-${RUNTIME}.txt requirements/image-${RUNTIME}.lock \
+     imagebuild/pip_check.py /tmp/build/
 # The lock (make lock-images) names every package this adds to the base, each with the sha256
 # of its file: pip's hash-checking mode stops the build on a package that is not in it or a
 # file that changed. Then pip checks, offline, that the pins' whole dependency tree is
 # installed: what the lock assumes of the base (its header lists it) is checked here, not at
-# run time. The SBOM describes what was installed (make sbom prints it).
+# run time. `--no-deps` skips pip's conflict check, so `pip check` runs on the result: a
+# conflict stops the build unless requirements/image-RUNTIME.txt allows it, with the reason
+# (`# allow-conflict:`, for what the base forces; imagebuild/pip_check.py).
 # A CA bundle pip must trust (a TLS-inspecting proxy, a test machine) may be passed as the
 # build secret pip_cert (docker build --secret id=pip_cert,src=FILE); secrets are mounted for
 # this step only and never stored in a layer. Without it, pip uses its own bundle.
@@ -38,11 +42,20 @@ RUN --mount=type=secret,id=pip_cert \
         || { echo "the base lacks a package requirements/image-${RUNTIME}.lock assumes" \
                   "(its header lists them): run make lock-images on a matching stand-in" >&2; \
              exit 1; }; \
-    python /tmp/build/sbom.py /tmp/build/image-${RUNTIME}.lock "${RUNTIME}" > /app/sbom.cdx.json; \
+    python /tmp/build/pip_check.py /tmp/build/image-${RUNTIME}.txt; \
     rm -rf /tmp/build
 
 COPY launcher/ /app/launcher/
 COPY trainer/ /app/trainer/
+
+# The SBOM (make sbom prints it): Python and Debian packages, the base reference and the
+# project's code. Its tool and the lock are bind-mounted from the context, so nothing of them
+# stays in a layer; this step reruns only when the code or the lock changes.
+RUN --mount=type=bind,source=imagebuild/sbom.py,target=/tmp/sbom/sbom.py \
+    --mount=type=bind,source=requirements,target=/tmp/sbom/requirements \
+    python /tmp/sbom/sbom.py /tmp/sbom/requirements/image-${RUNTIME}.lock "${RUNTIME}" \
+        --base "${BASE_IMAGE}" --project /app/launcher --project /app/trainer \
+        > /app/sbom.cdx.json
 
 # The platform's job arguments replace CMD, so the trainer is chosen here, not in CMD.
 ENV PYTHONPATH=/app \

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
-        pin-bases
+        pin-bases standin-pins
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
@@ -239,11 +239,12 @@ local-run: $(STAMP)
 # The GKE templates' arguments hold bucket placeholders (make submit-gke JOB_ARGS=... replaces
 # them): lint checks them with arguments of the same shape.
 LINT_GKE_ARGS := --data_dir=gs://lint-bucket/imagenet --job-dir=gs://lint-bucket/jobs/lint
-## lint: ruff, vermin (Python 3.7 in the image code and the SBOM writer), hadolint, check-jsonschema, yamllint.
+## lint: ruff, vermin (Python 3.7 in the image code, the SBOM writer and the pip check), hadolint,
+## check-jsonschema, yamllint.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
-		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py
+		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py imagebuild/pip_check.py
 	$(VENV)/bin/hadolint Dockerfile standin/xrt.Dockerfile standin/pjrt.Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.cloudbuild cloudbuild.yaml
 	$(PY) -m jobspec cloudbuild cloudbuild.yaml
@@ -283,13 +284,21 @@ lock-dev:
 
 ## lock-images: requirements/image-xrt.lock and image-pjrt.lock, every package each Dockerfile
 ## build installs with its sha256, resolved by pip inside the stand-ins (imagebuild/lock.py;
-## builds them when missing). PIP_CERT: a CA bundle pip must trust, mounted read-only.
+## builds them when missing). The existing locks' pins are kept (only a moved top-level pin
+## moves what it needs); UPGRADE=1 re-resolves from scratch. PIP_CERT: a CA bundle pip must
+## trust, mounted read-only.
+UPGRADE ?=
 lock-images: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && \
 	for runtime in xrt pjrt; do \
 	  env $$engine $(DOCKER) image inspect tpu-standin:$$runtime >/dev/null 2>&1 || \
 	    env $$engine $(MAKE) --no-print-directory standin-base RUNTIME=$$runtime || exit 1; \
-	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt
+	done && env $$engine $(PY) -m imagebuild.lock xrt pjrt $(if $(UPGRADE),--upgrade)
+
+## standin-pins: the sha256 of each file the stand-ins install, into standin/RUNTIME-pins.txt
+## (edit the versions there by hand; imagebuild/standin_pins.py asks pip in the stand-ins).
+standin-pins: $(STAMP)
+	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m imagebuild.standin_pins xrt pjrt
 
 ## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
 ## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and

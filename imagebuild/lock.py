@@ -10,6 +10,12 @@ needs that the stand-in already has are *assumed from the base*; the lock's head
 and the Dockerfile checks them at build time (``pip install --no-index`` of the top-level pins
 after the lock: pip names any requirement the base does not satisfy).
 
+The existing lock constrains the resolution: every package it holds stays at its version
+(pip's ``-c``), except the top-level pins of ``requirements/image-RUNTIME.txt``, which say
+their own version. So a run after editing one pin moves only what that pin needs, and a run
+with nothing edited writes the same lock. ``--upgrade`` (``make lock-images UPGRADE=1``)
+resolves from scratch, to the newest versions the pins allow.
+
 Needs a Docker engine (``DOCKER``, ``DOCKER_HOST``) and the stand-in image; a CA bundle pip
 must trust (``PIP_CERT``) is mounted read-only, never copied.
 """
@@ -21,10 +27,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
-from imagebuild.sbom import normalize
+from imagebuild.sbom import normalize, read_lock
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHONS = {"xrt": "3.7", "pjrt": "3.10"}
@@ -38,7 +45,7 @@ python -m pip install --quiet --disable-pip-version-check {pip} >&2
 for mode in install all; do
   extra=; [ $mode = all ] && extra=--ignore-installed
   python -m pip install --quiet --disable-pip-version-check --dry-run $extra \
-    --report /tmp/$mode.json -r /req/image-{runtime}.txt >&2
+    --report /tmp/$mode.json -r /req/image-{runtime}.txt -c /constraints/kept.txt >&2
 done
 python -c 'import json; print(json.dumps({{n: json.load(open("/tmp/%s.json" % n))
   for n in ("base", "install", "all")}}))'
@@ -47,22 +54,53 @@ python -c 'import json; print(json.dumps({{n: json.load(open("/tmp/%s.json" % n)
 Pin = Tuple[str, str, str]  # (name, version, sha256)
 
 
-def resolve(runtime: str, docker: str = "docker") -> Dict[str, object]:
+def kept_pins(runtime: str, root: Path = REPO) -> List[str]:
+    """``name==version`` of every package the existing lock holds, but for the top-level pins
+    (they name their own version): the constraints that keep a re-lock where it was."""
+    lock = root / "requirements" / "image-{}.lock".format(runtime)
+    if not lock.is_file():
+        return []
+    pins_text = (root / "requirements" / "image-{}.txt".format(runtime)).read_text()
+    top_level = {normalize(line.split("==")[0].strip()) for line in pins_text.splitlines()
+                 if "==" in line and not line.lstrip().startswith("#")}
+    return ["{}=={}".format(name, version) for name, (version, _) in
+            sorted(read_lock(str(lock)).items()) if name not in top_level]
+
+
+def resolve(runtime: str, docker: str = "docker", kept: Iterable[str] = ()
+            ) -> Dict[str, object]:
     """pip's reports from inside the stand-in: ``base`` (pip list), ``install`` (what a
-    plain install adds) and ``all`` (the whole resolution, as if nothing were installed)."""
-    command = [docker, "run", "--rm", "--network", "host", "--entrypoint", "sh",
-               "-v", "{}:/req:ro".format(REPO / "requirements")]
+    plain install adds) and ``all`` (the whole resolution, as if nothing were installed),
+    each constrained to the ``kept`` pins."""
+    with tempfile.TemporaryDirectory(prefix="lock-constraints-") as constraints:
+        Path(constraints, "kept.txt").write_text("".join(pin + "\n" for pin in kept))
+        return _resolve(runtime, docker, constraints)
+
+
+def _resolve(runtime: str, docker: str, constraints: str) -> Dict[str, object]:
+    result = run_in_standin(runtime, docker, _SCRIPT.format(pip=RESOLVER_PIP, runtime=runtime),
+                            {str(REPO / "requirements"): "/req", constraints: "/constraints"})
+    if result.returncode != 0:
+        raise SystemExit("imagebuild.lock: resolving in {} failed: {}\nHINT: where a pin you "
+                         "moved needs another version of a locked package, re-resolve from "
+                         "scratch: make lock-images UPGRADE=1".format(
+                             STANDIN.format(runtime), result.stderr.strip()[-2000:]))
+    return json.loads(result.stdout)
+
+
+def run_in_standin(runtime: str, docker: str, script: str, mounts: Dict[str, str]
+                   ) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a throwaway container of the stand-in, on the host's network, with
+    ``mounts`` (host folder -> container folder) read-only and ``PIP_CERT``'s bundle."""
+    command = [docker, "run", "--rm", "--network", "host", "--entrypoint", "sh"]
+    for host, container in sorted(mounts.items()):
+        command += ["-v", "{}:{}:ro".format(host, container)]
     cert = os.environ.get("PIP_CERT")
     if cert:
         command += ["-v", "{}:/tmp/pip-cert.pem:ro".format(cert),
                     "-e", "PIP_CERT=/tmp/pip-cert.pem"]
-    command += [STANDIN.format(runtime), "-c",
-                _SCRIPT.format(pip=RESOLVER_PIP, runtime=runtime)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit("imagebuild.lock: resolving in {} failed: {}".format(
-            STANDIN.format(runtime), result.stderr.strip()[-2000:]))
-    return json.loads(result.stdout)
+    command += [STANDIN.format(runtime), "-c", script]
+    return subprocess.run(command, capture_output=True, text=True)
 
 
 def pins(report: Dict[str, object]) -> List[Pin]:
@@ -126,10 +164,12 @@ def render(runtime: str, locked: Iterable[Pin], from_base: Iterable[Tuple[str, s
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m imagebuild.lock", description=__doc__)
     parser.add_argument("runtimes", nargs="+", choices=sorted(PYTHONS))
+    parser.add_argument("--upgrade", action="store_true",
+                        help="resolve from scratch instead of keeping the existing lock's pins")
     args = parser.parse_args(argv)
     docker = os.environ.get("DOCKER", "docker")
     for runtime in args.runtimes:
-        reports = resolve(runtime, docker)
+        reports = resolve(runtime, docker, [] if args.upgrade else kept_pins(runtime))
         path = REPO / "requirements" / "image-{}.lock".format(runtime)
         locked = locked_pins(reports)
         path.write_text(render(runtime, locked, assumed(reports)))

@@ -1,21 +1,40 @@
-"""``python sbom.py LOCK RUNTIME > sbom.cdx.json``: a CycloneDX 1.6 JSON bill of materials of
-the Python packages installed in this interpreter, written during the image build.
+"""``python sbom.py LOCK RUNTIME [--base REF] [--project DIR]... > sbom.cdx.json``: a CycloneDX
+1.6 JSON bill of materials of the image, written during the image build.
 
-Every installed distribution is a component (name, version, package URL, licence where its
-metadata states one); those the lock installed also carry the lock's sha256 and the property
-``tpu-xla:source=lock``, the base's own ``tpu-xla:source=base``. The document is a pure
-function of what is installed: no timestamp, and a serial number derived from its content, so
-two builds that install the same packages write the same bytes.
+Components:
+
+- every Python distribution installed in this interpreter (name, version, package URL, licence
+  where its metadata states one); those the lock installed also carry the lock's sha256 and
+  the property ``tpu-xla:source=lock``, the base's own ``tpu-xla:source=base``;
+- every Debian package ``dpkg`` lists as installed (``/var/lib/dpkg/status``), with
+  ``tpu-xla:source=os``, and the distribution itself from ``/etc/os-release``;
+- the base image as the build named it (``--base``; its digest as a hash when it is pinned by
+  one);
+- the project: the files under each ``--project`` folder (``/app/launcher``, ``/app/trainer``),
+  identified by the sha256 of their sorted paths and contents.
+
+What it cannot know is said in ``compositions``: the image's contents are ``incomplete``
+(files no package manager owns, such as a conda env's non-Python packages or a hand-built
+interpreter, are not listed), and the dependency graph between components is ``unknown`` (not
+recorded). Package URLs are percent-encoded as the purl specification asks (``+`` is ``%2B``).
+
+The document is a pure function of its inputs: no timestamp, and a serial number derived from
+its content, so two builds that install the same packages write the same bytes.
 
 Runs with the image's own Python (3.7 in the xrt image) and only its standard library.
+Exit codes: 0 written, 64 usage, 65 the lock is not installed as written, 66 an input that
+cannot be read.
 """
 
+import argparse
 import email.parser
+import hashlib
 import json
 import os
 import re
 import sys
 import uuid
+from urllib.parse import quote
 
 SPEC_VERSION = "1.6"
 LICENSE_CLASSIFIER = "License :: "
@@ -83,11 +102,30 @@ def licenses(metadata):
     return [{"license": {"name": name}} for name in sorted(set(names))]
 
 
+def purl(kind, name, version, namespace=None, qualifiers=None):
+    """A package URL with each part percent-encoded as the purl specification asks (``+`` as
+    ``%2B``; ``:`` and ``/`` inside a part kept, as the reference implementation keeps them)."""
+    def encode(value):
+        return quote(value, safe="/").replace("%3A", ":")
+
+    text = "pkg:{}/".format(kind)
+    if namespace:
+        text += "/".join(encode(part) for part in namespace.split("/")) + "/"
+    text += encode(name)
+    if version:
+        text += "@" + encode(version)
+    pairs = sorted((key, value) for key, value in (qualifiers or {}).items() if value)
+    if pairs:
+        text += "?" + "&".join("{}={}".format(key, encode(value)) for key, value in pairs)
+    return text
+
+
 def component(name, metadata, locked):
+    """A Python distribution's component."""
     version = metadata.get("Version", "")
-    purl = "pkg:pypi/{}@{}".format(name, version)
-    entry = {"type": "library", "bom-ref": purl, "name": name, "version": version,
-             "purl": purl}
+    reference = purl("pypi", name, version)
+    entry = {"type": "library", "bom-ref": reference, "name": name, "version": version,
+             "purl": reference}
     found = licenses(metadata)
     if found:
         entry["licenses"] = found
@@ -100,22 +138,150 @@ def component(name, metadata, locked):
     return entry
 
 
-def bom(runtime, locked, installed):
+def read_os_release(path):
+    """{KEY: value} of an ``os-release`` file, or {} when there is none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            found[key.strip()] = value.strip().strip("\"'")
+    return found
+
+
+def read_dpkg_status(path):
+    """[{Field: value}] of the packages dpkg lists as installed in ``path`` (its status file),
+    or None when there is no such file."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    parser = email.parser.HeaderParser()
+    packages = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if not paragraph.strip():
+            continue
+        fields = parser.parsestr(paragraph.strip() + "\n")
+        if (fields.get("Status") or "").split()[-1:] == ["installed"] and fields.get("Package"):
+            packages.append({key: fields[key] for key in ("Package", "Version", "Architecture")
+                             if fields.get(key)})
+    return packages
+
+
+def os_components(packages, os_release):
+    """The distribution and its installed Debian packages as components."""
+    vendor = os_release.get("ID", "debian")
+    distro = "{}-{}".format(vendor, os_release["VERSION_ID"]) \
+        if os_release.get("VERSION_ID") else None
+    found = []
+    if os_release:
+        found.append({"type": "operating-system", "bom-ref": "os", "name": vendor,
+                      "version": os_release.get("VERSION_ID", ""),
+                      "description": os_release.get("PRETTY_NAME", vendor)})
+    for package in packages:
+        name, version = package["Package"], package.get("Version", "")
+        reference = purl("deb", name, version, vendor, {
+            "arch": package.get("Architecture"), "distro": distro})
+        found.append({"type": "library", "bom-ref": reference, "name": name,
+                      "version": version, "purl": reference,
+                      "properties": [{"name": "tpu-xla:source", "value": "os"}]})
+    return found
+
+
+def base_component(reference):
+    """The base image as ``docker build`` was told it (``NAME[:TAG][@sha256:DIGEST]``)."""
+    name, _, digest = reference.partition("@")
+    repository, tag = name, ""
+    if ":" in name.rsplit("/", 1)[-1]:
+        repository, tag = name.rsplit(":", 1)
+    parts = repository.split("/")
+    registry = parts.pop(0) if len(parts) > 1 and re.search(r"[.:]|^localhost$", parts[0]) \
+        else None
+    entry = {"type": "container", "bom-ref": "base-image", "name": repository,
+             "version": tag or digest, "purl": purl(
+                 "docker", parts[-1], digest or tag, "/".join(parts[:-1]) or None,
+                 {"repository_url": registry, "tag": tag if digest else None}),
+             "properties": [{"name": "tpu-xla:source", "value": "base-image"},
+                            {"name": "tpu-xla:reference", "value": reference}]}
+    if digest.startswith("sha256:"):
+        entry["hashes"] = [{"alg": "SHA-256", "content": digest[len("sha256:"):]}]
+    return entry
+
+
+def tree_digest(folders):
+    """sha256 of the sorted (path, content) pairs of every file under ``folders``."""
+    digest = hashlib.sha256()
+    files = []
+    for folder in folders:
+        for root, dirs, names in os.walk(folder):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            files.extend(os.path.join(root, name) for name in names)
+    for path in sorted(files):
+        with open(path, "rb") as handle:
+            content = handle.read()
+        digest.update(path.encode("utf-8") + b"\0" + hashlib.sha256(content).digest())
+    return digest.hexdigest()
+
+
+def project_component(folders):
+    """The project's own code, identified by the digest of its files."""
+    return {"type": "application", "bom-ref": "project", "name": "pytorch-xla-trainer-code",
+            "description": "the launcher and the trainers, as copied into the image",
+            "hashes": [{"alg": "SHA-256", "content": tree_digest(folders)}],
+            "properties": [{"name": "tpu-xla:source", "value": "project"},
+                           {"name": "tpu-xla:hash-of", "value":
+                            "sorted paths and sha256 of the files under " + ", ".join(
+                                sorted(folders))}]}
+
+
+def bom(runtime, locked, installed, extra=(), notes=()):
+    """The document: the Python distributions, then ``extra`` components (OS packages, base
+    image, project), what it cannot know (``compositions``) and ``notes``, (name, value)
+    properties of the document saying where a part came from or why it is missing."""
     components = [component(name, installed[name], locked) for name in sorted(installed)]
+    components += sorted(extra, key=lambda entry: entry["bom-ref"])
+    metadata = {"component": {"type": "container", "bom-ref": "image",
+                              "name": "pytorch-xla-trainer", "version": runtime}}
+    if notes:
+        metadata["properties"] = [{"name": name, "value": value} for name, value in notes]
     body = {"bomFormat": "CycloneDX", "specVersion": SPEC_VERSION, "version": 1,
-            "metadata": {"component": {"type": "container", "bom-ref": "image",
-                                       "name": "pytorch-xla-trainer", "version": runtime}},
-            "components": components}
+            "metadata": metadata,
+            "components": components,
+            # The image holds files no package manager owns (a conda env's non-Python
+            # packages, a hand-built interpreter, the base's own sources), and the relations
+            # between components are not recorded: say so rather than look complete.
+            "compositions": [
+                {"aggregate": "incomplete", "assemblies": ["image"]},
+                {"aggregate": "unknown",
+                 "dependencies": sorted(entry["bom-ref"] for entry in components)}]}
     digest = json.dumps(body, sort_keys=True).encode("utf-8")
     serial = uuid.uuid5(uuid.NAMESPACE_URL, "tpu-xla-sbom:" + digest.hex())
     return dict(body, serialNumber="urn:uuid:{}".format(serial))
 
 
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="sbom.py", description="a CycloneDX SBOM of the image")
+    parser.add_argument("lock")
+    parser.add_argument("runtime")
+    parser.add_argument("--base", help="the base image reference the build used")
+    parser.add_argument("--project", action="append", default=[],
+                        help="a folder of the project's own code (repeatable)")
+    parser.add_argument("--dpkg-status", default="/var/lib/dpkg/status")
+    parser.add_argument("--os-release", default="/etc/os-release")
+    return parser.parse_args(argv)
+
+
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: python sbom.py LOCK RUNTIME > sbom.cdx.json\n")
-        return 64
-    locked = read_lock(argv[0])
+    try:
+        args = parse_args(argv)
+    except SystemExit as stop:  # argparse printed its one-line usage error
+        return 0 if stop.code == 0 else 64
+    locked = read_lock(args.lock)
     installed = installed_metadata()
     missing = sorted(name for name, (version, _) in locked.items()
                      if name not in installed or installed[name].get("Version") != version)
@@ -123,7 +289,22 @@ def main(argv):
         sys.stderr.write("sbom.py: locked but not installed at the locked version: {}\n".format(
             ", ".join(missing)))
         return 65
-    json.dump(bom(argv[1], locked, installed), sys.stdout, indent=1, sort_keys=True)
+    unreadable = [folder for folder in args.project if not os.path.isdir(folder)]
+    if unreadable:
+        sys.stderr.write("sbom.py: --project {} is not a folder\n".format(unreadable[0]))
+        return 66
+    packages = read_dpkg_status(args.dpkg_status)
+    extra = os_components(packages or [], read_os_release(args.os_release))
+    notes = [("tpu-xla:os-packages", "from " + args.dpkg_status if packages is not None
+              else "not listed: no " + args.dpkg_status)]
+    if args.base:
+        extra.append(base_component(args.base))
+    else:
+        notes.append(("tpu-xla:base-image", "not named (no --base)"))
+    if args.project:
+        extra.append(project_component(args.project))
+    json.dump(bom(args.runtime, locked, installed, extra, notes), sys.stdout, indent=1,
+              sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

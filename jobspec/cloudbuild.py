@@ -1,6 +1,7 @@
-"""The two cloudbuild.yaml rules that ``check-jsonschema --builtin-schema vendor.cloudbuild``
-misses: every step names its builder image (``name``), and user-defined substitutions start
-with ``_`` (Cloud Build rejects others)."""
+"""The cloudbuild.yaml rules that ``check-jsonschema --builtin-schema vendor.cloudbuild``
+misses: every step names its builder image (``name``) and pins it (an explicit version tag or
+a digest: a bare name or ``:latest`` moves under the build), and user-defined substitutions
+start with ``_`` (Cloud Build rejects others)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,16 @@ BUILT_IN = {"PROJECT_ID", "PROJECT_NUMBER", "LOCATION", "BUILD_ID", "REPO_NAME",
             "TRIGGER_NAME", "TRIGGER_BUILD_CONFIG_PATH", "SERVICE_ACCOUNT_EMAIL",
             "SERVICE_ACCOUNT", "REF_NAME"}
 _REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+EXAMPLE_BUILDER = "gcr.io/cloud-builders/docker:24.0.9"
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def is_pinned(image: str) -> bool:
+    """True when ``image`` names one version: a digest, or a tag other than ``latest``."""
+    if _DIGEST.search(image):
+        return True
+    last = image.rsplit("/", 1)[-1]
+    return ":" in last and last.rsplit(":", 1)[1] not in ("", "latest")
 
 
 def check_cloudbuild(build: Any) -> List[Finding]:
@@ -24,7 +35,11 @@ def check_cloudbuild(build: Any) -> List[Finding]:
     for index, step in enumerate(build.get("steps") or []):
         if not isinstance(step, dict) or not step.get("name"):
             findings.append(Finding(ERROR, "steps[{}].name".format(index), "is missing",
-                                    "name the builder image, e.g. gcr.io/cloud-builders/docker"))
+                                    "name the builder image, e.g. " + EXAMPLE_BUILDER))
+        elif not is_pinned(str(step["name"])):
+            findings.append(Finding(ERROR, "steps[{}].name".format(index),
+                                    "builder {} is not pinned".format(step["name"]),
+                                    "name a version tag or a digest, e.g. " + EXAMPLE_BUILDER))
     for key in build.get("substitutions") or {}:
         if not str(key).startswith("_"):
             findings.append(Finding(ERROR, "substitutions.{}".format(key),

@@ -8,7 +8,8 @@
 #    (with the shared libraries a pyenv CPython needs).
 # 2. The real image's interpreter: pyenv's CPython 3.7 (xrt) or 3.10 (pjrt), copied to the path
 #    the real image has it at, minus this machine's site-packages.
-# 3. The real image's packages, installed the way its build installs them (standin/*.Dockerfile).
+# 3. The real image's packages, installed the way its build installs them (standin/*.Dockerfile),
+#    each at the version and file (sha256) standin/RUNTIME-pins.txt pins.
 #
 # Environment: DOCKER (client, default docker), PYENV_ROOT (default ~/.pyenv), PIP_CERT (a CA
 # bundle pip must trust to reach PyPI; passed as a build secret, never stored in a layer).
@@ -52,6 +53,8 @@ mkdir -p "$work/context"
 tar -C "$python_dir" -c --exclude='./lib/python*/site-packages/_sandboxing*' \
   --exclude='__pycache__' . | (mkdir -p "$work/context/python" && tar -C "$work/context/python" -x)
 cp "$here/docker-entrypoint.sh" "$work/context/"
+# Every package at its version (standin/RUNTIME-pins.txt), for the Dockerfile's pip installs.
+cp "$here/$runtime-pins.txt" "$work/context/pins.txt"
 
 secret=()
 if [ -n "${PIP_CERT:-}" ]; then

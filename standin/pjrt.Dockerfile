@@ -12,23 +12,19 @@ RUN ldconfig
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# torch 2.9.0 and torch_xla 2.9.0 with their dependencies, and the torchvision wheel the release
+# image builds at torch's pin (pytorch/xla's infra/ansible) with Pillow: 0.24.0 is that pin's
+# release. Every package at its version and file (pins.txt, standin/pjrt-pins.txt,
+# bind-mounted: not stored), in pip's hash-checking mode: a rebuild installs the same files.
 # hadolint ignore=DL3013
 RUN --mount=type=secret,id=pip_cert \
+    --mount=type=bind,source=pins.txt,target=/tmp/pins.txt \
     if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     set -e; \
     python -m pip install --force-reinstall pip==23.0.1; \
-    python -m pip install torch==2.9.0 torch_xla==2.9.0; \
-    python -c "import torch, torch_xla; assert torch_xla.__version__.startswith('2.9')"
-
-# The release image installs the torchvision wheel it builds at torch's pin (pytorch/xla's
-# infra/ansible), and with it Pillow: 0.24.0 is that pin's release. A layer of its own keeps
-# the 7 GB one above cached.
-# hadolint ignore=DL3013
-RUN --mount=type=secret,id=pip_cert \
-    if [ -f /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    set -e; \
-    python -m pip install torchvision==0.24.0; \
-    python -c "import torch, torchvision, PIL; assert torch.__version__.startswith('2.9.0')"
+    python -m pip install --no-deps --require-hashes -r /tmp/pins.txt; \
+    python -c "import torch, torch_xla, torchvision, PIL; \
+assert torch_xla.__version__.startswith('2.9') and torch.__version__.startswith('2.9.0')"
 
 COPY docker-entrypoint.sh /usr/local/bin/docker-entrypoint.sh
 ENTRYPOINT ["docker-entrypoint.sh"]

@@ -186,6 +186,22 @@ def test_cloudbuild_rules_the_schema_misses():
     assert {"steps[1].name", "substitutions.RUNTIME"} <= paths
 
 
+@pytest.mark.parametrize("builder, pinned", [
+    ("gcr.io/cloud-builders/docker", False),
+    ("gcr.io/cloud-builders/docker:latest", False),
+    ("localhost:5000/builder", False),  # a registry port is not a tag
+    ("gcr.io/cloud-builders/docker:24.0.9", True),
+    ("gcr.io/cloud-builders/docker@sha256:" + "0" * 64, True),
+])
+def test_cloudbuild_builders_must_be_pinned(builder, pinned):
+    build = yaml.safe_load((Path(REPO) / "cloudbuild.yaml").read_text())
+    build["steps"][0]["name"] = builder
+    findings = [str(f) for f in check_cloudbuild(build)]
+    assert findings == ([] if pinned else [
+        "error: steps[0].name: builder {} is not pinned; fix: name a version tag or a digest, "
+        "e.g. gcr.io/cloud-builders/docker:24.0.9".format(builder)])
+
+
 @pytest.mark.parametrize("base, version, problem", [
     ("gcr.io/tpu-pytorch/xla:r1.11_3.7", "pytorch-1.11", None),
     ("gcr.io/tpu-pytorch/xla:r1.12_3.7", "pytorch-1.12", None),

@@ -7,8 +7,9 @@ import re
 import pytest
 
 from conftest import REPO
-from imagebuild.lock import assumed, locked_pins, render
+from imagebuild.lock import assumed, kept_pins, locked_pins, render
 from imagebuild.sbom import normalize, read_lock
+from imagebuild.standin_pins import render as render_pins
 
 RUNTIMES = ("xrt", "pjrt")
 
@@ -71,3 +72,50 @@ def test_render_and_read_back(tmp_path):
                                "google-cloud-storage": ("3.17.1", "g" * 64),
                                "protobuf": ("7.36.2", "p" * 64)}
     assert "#   numpy==2.2.6" in path.read_text()
+
+
+def test_a_relock_keeps_the_existing_pins_but_the_top_level_ones(tmp_path):
+    requirements = tmp_path / "requirements"
+    requirements.mkdir()
+    (requirements / "image-pjrt.txt").write_text("# pins\ngoogle-cloud-storage==3.17.1\n")
+    (requirements / "image-pjrt.lock").write_text(
+        render("pjrt", locked_pins(REPORTS), assumed(REPORTS)))
+    # The top-level pin says its own version; the rest stay where the lock has them.
+    assert kept_pins("pjrt", tmp_path) == ["absl-py==2.5.1", "protobuf==7.36.2"]
+    (requirements / "image-pjrt.lock").unlink()
+    assert kept_pins("pjrt", tmp_path) == []  # a first lock: nothing to keep
+
+
+def test_the_shipped_locks_constrain_a_relock():
+    for runtime in RUNTIMES:
+        kept = kept_pins(runtime)
+        locked = read_lock(REPO / "requirements" / "image-{}.lock".format(runtime))
+        assert kept and len(kept) == len(locked) - len(top_level(runtime))
+
+
+STANDIN = REPO / "standin"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_stand_ins_install_every_package_at_a_pinned_version_and_file(runtime):
+    dockerfile = (STANDIN / "{}.Dockerfile".format(runtime)).read_text()
+    steps = "\n".join(line for line in dockerfile.splitlines() if not line.startswith("#"))
+    installs = [install.strip() for install in re.findall(r"pip install ([^;\\]*)", steps)]
+    assert installs == [installs[0], "--no-deps --require-hashes -r /tmp/pins.txt"]
+    assert re.fullmatch(r"--force-reinstall pip==[\d.]+", installs[0])  # pip itself: exact
+    assert "--mount=type=bind,source=pins.txt,target=/tmp/pins.txt" in dockerfile
+    path = STANDIN / "{}-pins.txt".format(runtime)
+    pinned = read_lock(path)
+    assert pinned and all(re.fullmatch(r"[0-9a-f]{64}", digest) and version
+                          for version, digest in pinned.values())
+    assert len(pinned) == path.read_text().count("--hash=sha256:")
+    assert '"$here/$runtime-pins.txt" "$work/context/pins.txt"' in \
+        (STANDIN / "build.sh").read_text()
+
+
+def test_the_stand_in_pins_render_and_read_back(tmp_path):
+    path = tmp_path / "xrt-pins.txt"
+    path.write_text(render_pins("xrt", [("numpy", "1.21.6", "a" * 64),
+                                        ("torch", "1.11.0", "b" * 64)]))
+    assert read_lock(path) == {"numpy": ("1.21.6", "a" * 64), "torch": ("1.11.0", "b" * 64)}
+    assert "CPython 3.7" in path.read_text() and "make standin-pins" in path.read_text()

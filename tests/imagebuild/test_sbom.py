@@ -1,6 +1,9 @@
 """imagebuild/sbom.py: a CycloneDX 1.6 document of what is installed, valid against the
 format's published JSON schema (shipped in cyclonedx-python-lib), the locked packages with
-their hashes, licences where the metadata states them, the same bytes for the same packages."""
+their hashes, licences where the metadata states them, the Debian packages dpkg lists, the base
+image reference and the project's code, what it cannot know marked in ``compositions``, package
+URLs encoded as the purl reference implementation (packageurl-python) encodes them, the same
+bytes for the same packages."""
 
 import json
 import subprocess
@@ -9,9 +12,21 @@ import sys
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
 
 from conftest import REPO
-from imagebuild.sbom import bom, installed_metadata, licenses, read_lock
+from imagebuild.sbom import (
+    base_component,
+    bom,
+    installed_metadata,
+    licenses,
+    os_components,
+    project_component,
+    purl,
+    read_dpkg_status,
+    read_lock,
+    read_os_release,
+)
 
 SHA = "ab" * 32
 
@@ -105,3 +120,123 @@ def test_the_script_describes_this_interpreter(tmp_path):
     assert validation_error(document) is None
     [entry] = [c for c in document["components"] if c["name"] == "pytest"]
     assert entry["hashes"][0]["content"] == SHA
+
+
+@pytest.mark.parametrize("kind, namespace, name, version, qualifiers", [
+    ("pypi", None, "torch", "2.9.0+cu128", {}),
+    ("pypi", None, "dumb-init", "1.2.5.post1", {}),
+    ("deb", "debian", "libstdc++6", "12.2.0-14+deb12u1", {"arch": "amd64",
+                                                         "distro": "debian-12"}),
+    ("deb", "debian", "bsdutils", "1:2.38.1-5+b1", {"arch": "amd64"}),
+    ("deb", "debian", "libc6", "2.36-9~bpo 1", {"arch": "amd64"}),
+    ("docker", "tpu-pytorch", "xla", "r1.11_3.7", {"repository_url": "gcr.io"}),
+    ("docker", None, "tpu-standin", "sha256:" + "a" * 64, {"tag": "xrt"}),
+])
+def test_package_urls_are_encoded_as_the_reference_implementation_does(
+        kind, namespace, name, version, qualifiers):
+    expected = PackageURL(type=kind, namespace=namespace, name=name, version=version,
+                          qualifiers=qualifiers).to_string()
+    assert purl(kind, name, version, namespace, qualifiers) == expected
+    assert "+" not in expected.split("?")[0]
+
+
+DPKG_STATUS = """Package: libc6
+Status: install ok installed
+Architecture: amd64
+Version: 2.36-9+deb12u10
+Description: GNU C Library
+ a continuation line: with a colon
+
+Package: old-tool
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1.0
+
+Package: bsdutils
+Status: install ok installed
+Architecture: amd64
+Version: 1:2.38.1-5+b1
+"""
+OS_RELEASE = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'
+
+
+def os_files(tmp_path):
+    (tmp_path / "status").write_text(DPKG_STATUS)
+    (tmp_path / "os-release").write_text(OS_RELEASE)
+    return tmp_path / "status", tmp_path / "os-release"
+
+
+def test_the_installed_debian_packages_and_the_distribution(tmp_path):
+    status, release = os_files(tmp_path)
+    found = os_components(read_dpkg_status(str(status)), read_os_release(str(release)))
+    assert [(c["type"], c["name"], c["version"]) for c in found] == [
+        ("operating-system", "debian", "12"), ("library", "libc6", "2.36-9+deb12u10"),
+        ("library", "bsdutils", "1:2.38.1-5+b1")]  # the config-files-only package is not
+    assert found[1]["purl"] == "pkg:deb/debian/libc6@2.36-9%2Bdeb12u10?arch=amd64&distro=debian-12"
+    assert found[1]["properties"] == [{"name": "tpu-xla:source", "value": "os"}]
+    assert read_dpkg_status(str(tmp_path / "none")) is None
+
+
+@pytest.mark.parametrize("reference, name, version, digest, expected_purl", [
+    ("gcr.io/tpu-pytorch/xla:r1.11_3.7", "gcr.io/tpu-pytorch/xla", "r1.11_3.7", None,
+     "pkg:docker/tpu-pytorch/xla@r1.11_3.7?repository_url=gcr.io"),
+    ("gcr.io/tpu-pytorch/xla:r1.11_3.7@sha256:" + "b" * 64, "gcr.io/tpu-pytorch/xla",
+     "r1.11_3.7", "b" * 64, "pkg:docker/tpu-pytorch/xla@sha256:" + "b" * 64 +
+     "?repository_url=gcr.io&tag=r1.11_3.7"),
+    ("localhost:5000/tpu-standin:xrt", "localhost:5000/tpu-standin", "xrt", None,
+     "pkg:docker/tpu-standin@xrt?repository_url=localhost:5000"),
+    ("tpu-standin:pjrt", "tpu-standin", "pjrt", None, "pkg:docker/tpu-standin@pjrt"),
+])
+def test_the_base_image_reference(reference, name, version, digest, expected_purl):
+    entry = base_component(reference)
+    assert (entry["name"], entry["version"], entry["purl"]) == (name, version, expected_purl)
+    assert entry.get("hashes") == (None if digest is None else
+                                   [{"alg": "SHA-256", "content": digest}])
+    assert {"name": "tpu-xla:reference", "value": reference} in entry["properties"]
+
+
+def test_the_project_is_identified_by_its_files(tmp_path):
+    code = tmp_path / "launcher"
+    (code / "__pycache__").mkdir(parents=True)
+    (code / "__main__.py").write_text("print(1)\n")
+    first = project_component([str(code)])["hashes"]
+    (code / "__pycache__" / "x.pyc").write_bytes(b"compiled")
+    assert project_component([str(code)])["hashes"] == first  # bytecode is not the code
+    (code / "__main__.py").write_text("print(2)\n")
+    assert project_component([str(code)])["hashes"] != first
+
+
+def test_what_it_cannot_know_is_marked_and_the_whole_is_valid(tmp_path):
+    status, release = os_files(tmp_path)
+    (tmp_path / "site-packages").mkdir()
+    packages = site(tmp_path / "site-packages", ("numpy", "1.21.6", ""))
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "x.py").write_text("")
+    extra = os_components(read_dpkg_status(str(status)), read_os_release(str(release)))
+    extra += [base_component("gcr.io/tpu-pytorch/xla:r1.11_3.7"),
+              project_component([str(tmp_path / "app")])]
+    document = bom("xrt", {}, installed_metadata([packages]), extra)
+    assert validation_error(document) is None
+    refs = [c["bom-ref"] for c in document["components"]]
+    assert len(refs) == len(set(refs)) == 6
+    assert document["compositions"] == [
+        {"aggregate": "incomplete", "assemblies": ["image"]},
+        {"aggregate": "unknown", "dependencies": sorted(refs)}]
+
+
+def test_the_script_says_what_it_could_not_read(tmp_path):
+    lock = write_lock(tmp_path / "x.lock")
+    status, release = os_files(tmp_path)
+    result = subprocess.run([sys.executable, str(REPO / "imagebuild" / "sbom.py"), str(lock),
+                             "pjrt", "--dpkg-status", str(tmp_path / "none"),
+                             "--os-release", str(release)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    notes = {p["name"]: p["value"] for p in json.loads(result.stdout)["metadata"]["properties"]}
+    assert notes == {"tpu-xla:os-packages": "not listed: no {}".format(tmp_path / "none"),
+                     "tpu-xla:base-image": "not named (no --base)"}
+    missing = subprocess.run([sys.executable, str(REPO / "imagebuild" / "sbom.py"), str(lock),
+                              "pjrt", "--project", str(tmp_path / "nowhere")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 66 and missing.stdout == ""
+    assert missing.stderr.strip() == "sbom.py: --project {} is not a folder".format(
+        tmp_path / "nowhere")

@@ -95,3 +95,24 @@ def test_make_push_to_a_real_registry_and_pull_back(images, registry):
     assert "Digest: {}".format(digest) in pulled.stdout
     assert image_id(uri) == built_id
     docker("rmi", uri)
+
+
+def test_why_the_images_run_as_root(images):
+    """docs/submitting.md, "Why the image runs as root": neither image sets a user; as another
+    user the xrt image cannot start its base's interpreter (on the stand-in the conda env is
+    in root's 0700 home), while the pjrt image's launcher runs on the CPU (its TPU devices are
+    what keeps it root)."""
+    for image in images.values():
+        assert docker("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip() \
+            in ("", "root", "0")
+
+    def as_user(image):
+        return docker("run", "--rm", "--network", "none", "--user", "1000:1000", image,
+                      "--dry-run", check=False)
+
+    xrt = as_user(images["xrt"])
+    assert xrt.returncode == 127
+    assert 'exec: "python": executable file not found in $PATH' in xrt.stderr
+    pjrt = as_user(images["pjrt"])
+    assert pjrt.returncode == 0, pjrt.stderr
+    assert "export PJRT_DEVICE=CPU" in pjrt.stdout

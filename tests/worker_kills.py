@@ -4,9 +4,25 @@ that reads it blocks there, found by the FIFO among its open files, then SIGKILL
 import errno
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
+
+
+def run_and_kill_the_reader(command: List[str], fifo: Path, timeout: float = 60.0
+                            ) -> Tuple[int, int, str]:
+    """Run ``command``, SIGKILL the child process that reads ``fifo`` (``kill_the_reader``)
+    and wait for the command to end, at most ``timeout`` seconds after the kill (a tool that
+    hangs fails with ``TimeoutExpired``): (the killed worker's pid, the exit code, stderr)."""
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        killed = kill_the_reader(fifo, run.pid)
+        _, stderr = run.communicate(timeout=timeout)
+    finally:
+        run.kill()
+        run.wait()
+    return killed, run.returncode, stderr
 
 
 def living_children(parent: int) -> List[int]:

@@ -261,15 +261,10 @@ def test_a_worker_killed_mid_run_ends_it_at_once_with_70_and_the_same_command_re
     shard = [name for name, members in plan_shards(files, 5, 0)
              if victim in [path for path, _ in members]][0]
     args = ["--source", str(source), "--dest", str(dest), "--shard_size=5", "--workers=2"]
-    run = subprocess.Popen([sys.executable, "-m", "trainer.data.make_shards"] + args,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        killed = worker_kills.kill_the_reader(source / victim, run.pid)
-        _, stderr = run.communicate(timeout=60)  # multiprocessing.Pool waited forever here
-    finally:
-        run.kill()
-        run.wait()
-    assert run.returncode == 70, stderr
+    # multiprocessing.Pool waited forever here (TimeoutExpired)
+    killed, code, stderr = worker_kills.run_and_kill_the_reader(
+        [sys.executable, "-m", "trainer.data.make_shards"] + args, source / victim)
+    assert code == 70, stderr
     lines = stderr.splitlines()
     assert lines[0] == ("WorkerDied: worker process {} was killed by SIGKILL while making {}; "
                         "run the same command again to resume: it keeps the shards written and "

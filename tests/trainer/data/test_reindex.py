@@ -68,14 +68,9 @@ def test_a_worker_killed_mid_run_ends_it_at_once_with_70_and_the_same_command_fi
     os.mkfifo(str(shard))  # the worker that reads it blocks there
     command = [sys.executable, "-m", "trainer.data.reindex", "--data_dir=" + str(folder),
                "--workers=2"]
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        killed = worker_kills.kill_the_reader(shard, run.pid)
-        _, stderr = run.communicate(timeout=60)  # multiprocessing.Pool.map waited forever here
-    finally:
-        run.kill()
-        run.wait()
-    assert run.returncode == 70, stderr
+    # multiprocessing.Pool.map waited forever here (TimeoutExpired)
+    killed, code, stderr = worker_kills.run_and_kill_the_reader(command, shard)
+    assert code == 70, stderr
     lines = stderr.splitlines()
     assert lines[0] == ("WorkerDied: worker process {} was killed by SIGKILL while reading "
                         "train-000005.tar; run the same command again: the old index stays "

@@ -166,6 +166,8 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     plan = plan_shards(files, shard_size, seed)
     plan_id = fingerprint(classes, plan)
     done = _done_shards(dest, plan_id)
+    # What workers stopped mid-write left (a local shard is written to a temporary file first).
+    dest.remove_stale_temporaries()
     tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id)
                          for name, shard_files in plan if name not in done]
     total = sum(len(shard_files) for _, shard_files in plan)

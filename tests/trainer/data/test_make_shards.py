@@ -101,6 +101,7 @@ def test_an_interrupted_run_writes_only_the_missing_shards(broken_photos, tmp_pa
     caplog.set_level(logging.INFO, logger="trainer")
     index = convert(str(broken_photos), str(tmp_path), shard_size=5, workers=1)
     assert "(2 done before)" in caplog.text
+    assert not (tmp_path / ".tmp-half").exists()  # a stopped worker's partial shard
     assert {name: os.stat(str(tmp_path / name)).st_mtime_ns for name in kept} == times
     assert index.examples("train") == 24 and index.examples("val") == 16
     # Other options make another plan: refused rather than mixed with these shards.
@@ -278,6 +279,7 @@ def test_a_worker_killed_mid_run_ends_it_at_once_with_70_and_the_same_command_re
     resumed = run_make_shards(*args)
     assert resumed.returncode == 0, resumed.stderr
     assert "({} done before)".format(len(before)) in resumed.stdout
+    assert [path.name for path in dest.iterdir() if path.name.startswith(".tmp-")] == []
     # The rate and ETA are this run's: its images over its time, not the earlier run's too.
     progress = [line for line in resumed.stdout.splitlines() if " in this run)" in line]
     assert progress[-1].split(": ", 1)[1].startswith(

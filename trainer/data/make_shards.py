@@ -162,6 +162,8 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     """Write the shards of ``source_uri`` into ``dest_uri`` (see the module's docstring) and
     return the index written last. ``workers`` 0: one per host core."""
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
+    # Listing ImageNet on gs:// takes minutes; its own progress lines follow every 10 s.
+    log.info("%s: listing train/ and val/", source.uri)
     classes, files = read_tree(source)
     plan = plan_shards(files, shard_size, seed)
     plan_id = fingerprint(classes, plan)

@@ -267,6 +267,7 @@ bench: $(STAMP)
 	$(PY) bench/step_paths.py
 	$(PY) bench/spmd.py
 	$(PY) bench/data.py
+	$(PY) bench/listing.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

@@ -18,6 +18,7 @@ import tempfile
 from typing import Dict, List, Optional, Tuple
 
 from trainer.errors import StorageError
+from trainer.gcs_listing import object_entries
 from trainer.gcs_object import read_object
 
 _TMP_PREFIX = ".tmp-"
@@ -246,26 +247,25 @@ class GcsDirectory(Directory):
                           name)
 
     def list(self, prefix: str = "") -> List[str]:
-        start, blobs = self._blobs(prefix)
-        return sorted(name for name in blobs if "/" not in name[len(start):])
+        return sorted(self._names(prefix, delimiter="/"))
 
     def walk(self, prefix: str = "") -> List[str]:
-        return sorted(name for name in self._blobs(prefix)[1]
+        return sorted(name for name in self._names(prefix)
                       if not os.path.basename(name).startswith(_TMP_PREFIX))
 
-    def _blobs(self, prefix: str) -> Tuple[str, List[str]]:
-        """The object key that starts the folder ``prefix``, and the names (relative to
-        this directory) of every object under it."""
+    def _names(self, prefix: str, delimiter: Optional[str] = None) -> List[str]:
+        """The names (relative to this directory) of the objects under the folder
+        ``prefix`` (with ``delimiter`` "/": only those directly in it), listed as a stream
+        that keeps nothing but the names (``trainer.gcs_listing``)."""
         start = self._key(prefix.rstrip("/") + "/" if prefix else "")
+        base = len(self.prefix) + 1 if self.prefix else 0
         try:
-            blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
-                self.bucket_name, prefix=start, **policy)), prefix)
+            return self._call(lambda policy: [name[base:] for name, _ in object_entries(
+                self.bucket.client, self.bucket_name, start, policy, delimiter)], prefix)
         except FileNotFoundError:  # listing answers 404 only when the bucket is missing
             raise StorageError("bucket gs://{} does not exist".format(self.bucket_name),
                                "create it (gcloud storage buckets create gs://{}) or fix the "
                                "path".format(self.bucket_name))
-        base = len(self.prefix) + 1 if self.prefix else 0
-        return start[base:], [blob.name[base:] for blob in blobs]
 
     def delete(self, name: str) -> None:
         try:
@@ -301,13 +301,13 @@ class GcsDirectory(Directory):
 
     def sync_down(self, name: str, local_path: str) -> int:
         start = self._key(name.rstrip("/") + "/")
-        blobs = self._call(lambda policy: list(self.bucket.client.list_blobs(
-            self.bucket_name, prefix=start, **policy)), name)
-        for blob in blobs:
-            relative = blob.name[len(start):]
+        entries = self._call(lambda policy: list(object_entries(
+            self.bucket.client, self.bucket_name, start, policy)), name)
+        for key, size in entries:
+            relative = key[len(start):]
             if relative and not os.path.basename(relative).startswith(_TMP_PREFIX):
                 self._download(_joined(name, relative), os.path.join(local_path, relative))
-                self._synced[_joined(name, relative)] = blob.size
+                self._synced[_joined(name, relative)] = size
         return len(_files_under(local_path))
 
     def _download(self, name: str, local_path: str) -> None:

@@ -13,7 +13,10 @@ is cut, so a shard is a random sample of its split; both splits share one class-
   same source and options always make the same plan, and a destination that holds another
   plan's shards is refused.
 - Shards are made in parallel, one process per host core (``--workers``), with a progress
-  line every ``--progress_seconds`` (shards and images done of all, rate, ETA).
+  line every ``--progress_seconds`` (shards and images done of all, and this run's images,
+  rate and ETA). A worker process that dies (the OOM killer, a crash in a decoder) ends the
+  run at once with exit 70 and one line naming the shard it was making
+  (``trainer.data.worker_pool``); the same command resumes.
 - Each image is stored as a JPEG or a PNG every reader decodes (``trainer.data.shard_image``):
   plain JPEGs and PNGs byte for byte (grayscale, CMYK, very large, PNG named ``.JPEG``), an
   MPO's first image, other formats converted. Its key is its place in the shard
@@ -21,8 +24,9 @@ is cut, so a shard is a random sample of its split; both splits share one class-
   path and format. A file that cannot be decoded is reported by name and skipped: the count
   and names are in the final line and in the index's ``skipped`` list.
 
-Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 74 the
-source or destination cannot be read or written.
+Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 70 a
+worker process died (run the command again to resume); 74 the source or destination cannot be
+read or written.
 """
 
 from __future__ import annotations
@@ -31,14 +35,13 @@ import argparse
 import hashlib
 import json
 import logging
-import multiprocessing
 import random
 import sys
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from trainer import storage
-from trainer.data import shard_image
+from trainer.data import shard_image, worker_pool
 from trainer.data.folder_tree import Labelled, read_tree
 from trainer.data.shard_index import INDEX_NAME, SPLITS, Shard, ShardIndex
 from trainer.data.tar_members import tar_bytes
@@ -110,24 +113,42 @@ def _marker(shard: str) -> str:
 
 
 class Progress:
-    """A progress line at most every ``every`` seconds, and at the end."""
+    """A progress line at most every ``every`` seconds, and at the end; the rate and ETA are
+    this run's: a resumed run's shards done before took none of its time."""
 
     def __init__(self, shards: int, images_total: int, every: float) -> None:
         self.shards, self.images_total, self.every = shards, images_total, every
-        self.done_shards = self.done_images = 0
+        self.done_shards = self.images_before = self.images_now = 0
         self.started = self.last = time.monotonic()
 
-    def add(self, images_done: int, final: bool = False) -> None:
+    def done_before(self, images: int) -> None:
+        """A shard an earlier run finished."""
         self.done_shards += 1
-        self.done_images += images_done
+        self.images_before += images
+
+    def add(self, images_done: int, final: bool = False) -> None:
+        """A shard this run finished."""
+        self.done_shards += 1
+        self.images_now += images_done
         now = time.monotonic()
         if now - self.last < self.every and not final:
             return
         self.last = now
-        rate = self.done_images / max(now - self.started, 1e-9)
-        left = (self.images_total - self.done_images) / rate if rate else 0.0
-        log.info("shards %d/%d, images %d/%d, %.0f images/s, ETA %s", self.done_shards,
-                 self.shards, self.done_images, self.images_total, rate, _duration(left))
+        log.info("%s", progress_line(self.done_shards, self.shards, self.images_before,
+                                     self.images_now, self.images_total, now - self.started))
+
+
+def progress_line(shards_done: int, shards: int, images_before: int, images_now: int,
+                  images_total: int, seconds: float) -> str:
+    """``shards 9/11, images 200/264 (64 in this run), 32 images/s, ETA 0m02s``: the rate is
+    this run's images over this run's ``seconds``, the ETA the images left at that rate."""
+    done = images_before + images_now
+    line = "shards {}/{}, images {}/{} ({} in this run), ".format(
+        shards_done, shards, done, images_total, images_now)
+    if images_now <= 0 or seconds <= 0:
+        return line + "rate and ETA not known yet"
+    rate = images_now / seconds
+    return line + "{:.0f} images/s, ETA {}".format(rate, _duration((images_total - done) / rate))
 
 
 def _duration(seconds: float) -> str:
@@ -141,10 +162,14 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     """Write the shards of ``source_uri`` into ``dest_uri`` (see the module's docstring) and
     return the index written last. ``workers`` 0: one per host core."""
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
+    # Listing ImageNet on gs:// takes minutes; its own progress lines follow every 10 s.
+    log.info("%s: listing train/ and val/", source.uri)
     classes, files = read_tree(source)
     plan = plan_shards(files, shard_size, seed)
     plan_id = fingerprint(classes, plan)
     done = _done_shards(dest, plan_id)
+    # What workers stopped mid-write left (a local shard is written to a temporary file first).
+    dest.remove_stale_temporaries()
     tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id)
                          for name, shard_files in plan if name not in done]
     total = sum(len(shard_files) for _, shard_files in plan)
@@ -153,9 +178,11 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
              dest.uri, len(done))
     progress = Progress(len(plan), total, progress_seconds)
     for shard, _ in done.values():
-        progress.done_shards += 1
-        progress.done_images += shard.count
-    for shard, skipped in _made(tasks, workers or host_cores()):
+        progress.done_before(shard.count)
+    for shard, skipped in worker_pool.results(
+            make_shard, tasks, workers or host_cores(), lambda task: "making " + task[2],
+            "run the same command again to resume: it keeps the shards written and makes the "
+            "rest"):
         done[shard.name] = (shard, skipped)
         _report_skipped(skipped)
         progress.add(shard.count, final=len(done) == len(plan))
@@ -174,16 +201,6 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
              ": " + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
              if skipped else "")
     return index
-
-
-def _made(tasks: List[Task], workers: int) -> Iterator[Tuple[Shard, List[str]]]:
-    """``make_shard`` of every task as each finishes: in a pool of ``workers`` processes, or
-    in this one when there is one worker or one task."""
-    if workers > 1 and len(tasks) > 1:
-        with multiprocessing.Pool(min(workers, len(tasks))) as pool:
-            yield from pool.imap_unordered(make_shard, tasks)
-    else:
-        yield from map(make_shard, tasks)
 
 
 def _done_shards(dest: storage.Directory, plan: str) -> Dict[str, Tuple[Shard, List[str]]]:

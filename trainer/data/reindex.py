@@ -9,7 +9,8 @@ records its example table, checks its example count against the old index, and w
 current version is left as it is.
 
 Exit codes: 0 written (or nothing to do); 64 bad option; 65 no readable index, or a shard that
-does not hold what the index says; 74 the data dir cannot be read or written.
+does not hold what the index says; 70 a worker process died (``trainer.data.worker_pool``;
+run the command again); 74 the data dir cannot be read or written.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import multiprocessing
 import sys
 from typing import Dict, List, Optional, Tuple
 
 from trainer import storage
+from trainer.data import worker_pool
 from trainer.data.shard_index import FORMAT, INDEX_NAME, VERSION, Shard, ShardIndex
 from trainer.data.workers import host_cores
 from trainer.errors import EX_USAGE, DataError, TrainerError
@@ -88,13 +89,9 @@ def reindex(data_dir: str, workers: int = 0) -> Optional[ShardIndex]:
     classes, splits, skipped = old_index(data, root.join(INDEX_NAME))
     tasks = [(root.uri, name, count) for shards in splits.values() for name, count in shards]
     log.info("%s: reading %d shards to record where each example is", root.uri, len(tasks))
-    workers = min(workers or host_cores(), len(tasks))
-    if workers > 1:
-        with multiprocessing.Pool(workers) as pool:
-            made = pool.map(index_shard, tasks, chunksize=1)
-    else:
-        made = [index_shard(task) for task in tasks]
-    entries = {shard.name: shard for shard in made}
+    entries = {shard.name: shard for shard in worker_pool.results(
+        index_shard, tasks, workers or host_cores(), lambda task: "reading " + task[1],
+        "run the same command again: the old index stays until every shard is read")}
     index = ShardIndex(classes, {split: [entries[name] for name, _ in shards]
                                  for split, shards in splits.items()}, skipped)
     root.write_bytes(OLD_INDEX, data)

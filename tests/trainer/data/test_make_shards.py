@@ -12,6 +12,7 @@ import tarfile
 import numpy
 import pytest
 import torch
+import worker_kills
 
 import photos as photo_set
 from trainer import storage
@@ -100,6 +101,7 @@ def test_an_interrupted_run_writes_only_the_missing_shards(broken_photos, tmp_pa
     caplog.set_level(logging.INFO, logger="trainer")
     index = convert(str(broken_photos), str(tmp_path), shard_size=5, workers=1)
     assert "(2 done before)" in caplog.text
+    assert not (tmp_path / ".tmp-half").exists()  # a stopped worker's partial shard
     assert {name: os.stat(str(tmp_path / name)).st_mtime_ns for name in kept} == times
     assert index.examples("train") == 24 and index.examples("val") == 16
     # Other options make another plan: refused rather than mixed with these shards.
@@ -239,3 +241,64 @@ def test_every_image_of_every_format_and_name_is_stored_as_one_the_reader_decode
         image = stored[name][0]
         error = numpy.abs(decoded(image) - decoded(files[name])).mean()
         assert kinds[name] == "JPEG" and error <= jpeg_error_bound(image), (name, error)
+
+
+def run_make_shards(*args):
+    return subprocess.run([sys.executable, "-m", "trainer.data.make_shards"] + list(args),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_worker_killed_mid_run_ends_it_at_once_with_70_and_the_same_command_resumes(
+        tmp_path):
+    from trainer.data.folder_tree import read_tree
+    from trainer.data.make_shards import plan_shards
+
+    source, dest = photo_set.build(tmp_path / "source", train=3, val=2), tmp_path / "shards"
+    victim = "train/coffee/train_coffee_001.JPEG"
+    image = (source / victim).read_bytes()
+    (source / victim).unlink()
+    os.mkfifo(str(source / victim))  # the worker that reads it blocks there
+    _, files = read_tree(storage.open_dir(str(source)))
+    shard = [name for name, members in plan_shards(files, 5, 0)
+             if victim in [path for path, _ in members]][0]
+    args = ["--source", str(source), "--dest", str(dest), "--shard_size=5", "--workers=2"]
+    # multiprocessing.Pool waited forever here (TimeoutExpired)
+    killed, code, stderr = worker_kills.run_and_kill_the_reader(
+        [sys.executable, "-m", "trainer.data.make_shards"] + args, source / victim)
+    assert code == 70, stderr
+    lines = stderr.splitlines()
+    assert lines[0] == ("WorkerDied: worker process {} was killed by SIGKILL while making {}; "
+                        "run the same command again to resume: it keeps the shards written and "
+                        "makes the rest".format(killed, shard))
+    assert len(lines) == 2 and lines[1].startswith("HINT: ") and "--workers" in lines[1]
+    assert not (dest / "index.json").exists()
+    before = [json.loads(path.read_text())["count"] for path in dest.glob("*-*.json")]
+
+    (source / victim).unlink()
+    (source / victim).write_bytes(image)
+    resumed = run_make_shards(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "({} done before)".format(len(before)) in resumed.stdout
+    assert [path.name for path in dest.iterdir() if path.name.startswith(".tmp-")] == []
+    # The rate and ETA are this run's: its images over its time, not the earlier run's too.
+    progress = [line for line in resumed.stdout.splitlines() if " in this run)" in line]
+    assert progress[-1].split(": ", 1)[1].startswith(
+        "shards 9/9, images 40/40 ({} in this run), ".format(40 - sum(before)))
+    index = ShardIndex.from_json((dest / "index.json").read_bytes(), "index.json")
+    found = shard_contents(storage.open_dir(str(dest)), index)
+    for split in ("train", "val"):
+        assert sorted(found[split]) == source_files(source, split)
+
+
+def test_progress_counts_the_rate_and_eta_of_this_run_only():
+    from trainer.data.make_shards import progress_line
+
+    # Resumed with 1,000 of 5,000 images done before; 400 made in this run's 2 s: 200/s, and
+    # the 3,600 left take 18 s (counting the earlier 1,000 would claim 700/s and 5 s).
+    assert progress_line(7, 25, 1000, 400, 5000, 2.0) == (
+        "shards 7/25, images 1400/5000 (400 in this run), 200 images/s, ETA 0m18s")
+    assert progress_line(1, 3, 500, 0, 1500, 3.0) == (
+        "shards 1/3, images 500/1500 (0 in this run), rate and ETA not known yet")
+    assert progress_line(1331, 1331, 0, 1331167, 1331167, 3600.0).endswith(
+        "370 images/s, ETA 0m00s")
+    assert progress_line(1, 1331, 0, 1000, 1331167, 3.0).endswith("333 images/s, ETA 1h06m")

@@ -2,9 +2,13 @@
 index make_shards writes today, from its shards alone; the trainer then reads it."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
+import worker_kills
 
 from trainer.data.reindex import main, reindex
 from trainer.data.shard_index import ShardIndex
@@ -53,3 +57,29 @@ def test_a_shard_that_is_not_what_the_old_index_says_is_refused(old_set, capsys)
     assert lines[1].startswith("HINT: ")
     assert main(["--data_dir=" + str(folder / "none")]) == 65
     assert main(["--workers=1"]) == 64
+
+
+def test_a_worker_killed_mid_run_ends_it_at_once_with_70_and_the_same_command_finishes(
+        old_set):
+    folder, current = old_set
+    shard = folder / "train-000005.tar"
+    data = shard.read_bytes()
+    shard.unlink()
+    os.mkfifo(str(shard))  # the worker that reads it blocks there
+    command = [sys.executable, "-m", "trainer.data.reindex", "--data_dir=" + str(folder),
+               "--workers=2"]
+    # multiprocessing.Pool.map waited forever here (TimeoutExpired)
+    killed, code, stderr = worker_kills.run_and_kill_the_reader(command, shard)
+    assert code == 70, stderr
+    lines = stderr.splitlines()
+    assert lines[0] == ("WorkerDied: worker process {} was killed by SIGKILL while reading "
+                        "train-000005.tar; run the same command again: the old index stays "
+                        "until every shard is read".format(killed))
+    assert len(lines) == 2 and lines[1].startswith("HINT: ")
+    assert json.loads((folder / "index.json").read_text())["version"] == 1
+
+    shard.unlink()
+    shard.write_bytes(data)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert ShardIndex.from_json((folder / "index.json").read_bytes(), "index.json") == current

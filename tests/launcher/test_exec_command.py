@@ -1,0 +1,132 @@
+"""launcher.exec_command: the program found as a shell finds it, and the signal state a command
+starts in (SIGPIPE and SIGXFSZ at their defaults, the stop signals unblocked unless the
+command unblocks them itself, one that came first ends the launcher). The launcher as PID 1
+is tests/launcher/test_pid1.py."""
+
+import os
+import signal
+import stat
+import subprocess
+
+import pytest
+
+from conftest import REPO, clean_environ, launcher_command
+from launcher.cli import interrupt_on_signals
+from launcher.errors import EX_CANNOT_EXECUTE, EX_NOT_FOUND, Interrupted, TrainerExecError
+from launcher.exec_command import STOP_SIGNALS, exec_command, find_program
+
+STOP_BITS = sum(1 << (signum - 1) for signum in STOP_SIGNALS)
+RESET_BITS = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+
+
+def program(folder, name="train-cmd", executable=True):
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\necho ran {}\n".format(folder.name))
+    path.chmod(0o755 if executable else 0o644)
+    return path
+
+
+def shell_runs(name, path):
+    """What bash answers for ``name`` on ``path``: (exit code, output)."""
+    result = subprocess.run(["/bin/bash", "-c", name], env={"PATH": path}, capture_output=True,
+                            text=True)
+    return result.returncode, result.stdout.strip()
+
+
+def test_an_unexecutable_file_earlier_on_path_is_passed_over_as_a_shell_does(tmp_path):
+    program(tmp_path / "first", executable=False)
+    runnable = program(tmp_path / "second")
+    path = "{}:{}".format(tmp_path / "first", tmp_path / "second")
+    assert shell_runs("train-cmd", path) == (0, "ran second")
+    assert find_program("train-cmd", {"PATH": path}) == str(runnable)
+
+
+def test_126_only_when_no_match_on_path_can_run_127_when_there_is_none(tmp_path):
+    program(tmp_path / "first", executable=False)
+    (tmp_path / "second" / "train-cmd").mkdir(parents=True)  # a directory is no program
+    path = "{}:{}".format(tmp_path / "first", tmp_path / "second")
+    assert shell_runs("train-cmd", path)[0] == EX_CANNOT_EXECUTE
+    with pytest.raises(TrainerExecError) as error:
+        find_program("train-cmd", {"PATH": path})
+    assert error.value.exit_code == EX_CANNOT_EXECUTE
+    assert str(tmp_path / "first" / "train-cmd") in error.value.message
+    assert shell_runs("no-such-program", path)[0] == EX_NOT_FOUND
+    with pytest.raises(TrainerExecError) as error:
+        find_program("no-such-program", {"PATH": path})
+    assert error.value.exit_code == EX_NOT_FOUND
+
+
+def test_a_path_is_taken_as_it_is(tmp_path):
+    script = program(tmp_path / "bin", executable=False)
+    with pytest.raises(TrainerExecError) as error:
+        find_program(str(script), {"PATH": ""})
+    assert error.value.exit_code == EX_CANNOT_EXECUTE
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    assert find_program(str(script), {"PATH": ""}) == str(script)
+    for missing in (str(tmp_path / "absent"), "./absent"):
+        with pytest.raises(TrainerExecError) as error:
+            find_program(missing, {"PATH": str(tmp_path / "bin")})
+        assert error.value.exit_code == EX_NOT_FOUND
+    with pytest.raises(TrainerExecError) as error:  # a directory is not a program
+        find_program(str(tmp_path), {"PATH": ""})
+    assert error.value.exit_code == EX_CANNOT_EXECUTE
+
+
+class SignalState:
+    """Stands in for os.execvpe and records the signal state the command would start in."""
+
+    def __call__(self, file, args, env):
+        self.blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        self.handlers = {signum: signal.getsignal(signum)
+                         for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM)}
+
+
+@pytest.mark.parametrize("installs_handler", [True, False])
+def test_the_command_starts_with_default_dispositions_and_blocked_only_if_it_unblocks(
+        installs_handler):
+    state = SignalState()
+    with interrupt_on_signals():
+        before = (signal.getsignal(signal.SIGTERM), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        exec_command(["train"], {}, installs_handler, execvpe=state)
+        after = (signal.getsignal(signal.SIGTERM), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    assert set(state.handlers.values()) == {signal.SIG_DFL}
+    assert (STOP_SIGNALS <= state.blocked) == installs_handler
+    assert after == before  # a failed exec leaves the launcher as it was, to report it
+
+
+def test_a_stop_signal_before_the_exec_ends_the_launcher_and_the_command_never_starts():
+    state = SignalState()
+    with interrupt_on_signals():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # stays pending, as if sent in the last moment
+            with pytest.raises(Interrupted) as stopped:
+                exec_command(["train"], {}, installs_handler=False, execvpe=state)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert not hasattr(state, "blocked")
+
+
+@pytest.mark.parametrize("init", ["group", "exec"])
+def test_yes_piped_to_head_dies_of_sigpipe_as_in_a_shell(init):
+    """The issue's check: ``yes | head -1`` through the launcher, as bash reports it."""
+    launcher = " ".join(launcher_command("--init=" + init, "--", "yes"))
+    result = subprocess.run(["bash", "-c", launcher + " | head -n1 >/dev/null; "
+                             "echo ${PIPESTATUS[0]}"], cwd=str(REPO), capture_output=True,
+                            text=True, timeout=60,
+                            env=clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"))
+    assert result.stdout.strip() == str(128 + signal.SIGPIPE), result.stderr
+
+
+@pytest.mark.parametrize("init", ["group", "child", "exec"])
+def test_a_command_of_your_own_starts_with_nothing_blocked_or_ignored(init):
+    """Not PID 1 (PID 1 is tests/launcher/test_pid1.py): the status of the command itself."""
+    result = subprocess.run(launcher_command("--init=" + init, "--", "cat", "/proc/self/status"),
+                            cwd=str(REPO), capture_output=True, text=True, timeout=60,
+                            env=clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"))
+    assert result.returncode == 0, result.stderr
+    status = dict(line.split(":\t", 1) for line in result.stdout.splitlines() if ":\t" in line)
+    assert int(status["SigBlk"], 16) & STOP_BITS == 0
+    assert int(status["SigIgn"], 16) & RESET_BITS == 0

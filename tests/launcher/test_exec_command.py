@@ -9,22 +9,12 @@ import stat
 import subprocess
 
 import pytest
+from signal_state import RESET_BITS, STOP_BITS, commands_on_path, status_fields
 
 from conftest import REPO, clean_environ, launcher_command
 from launcher.cli import interrupt_on_signals
 from launcher.errors import EX_CANNOT_EXECUTE, EX_NOT_FOUND, Interrupted, TrainerExecError
 from launcher.exec_command import STOP_SIGNALS, exec_command, find_program
-
-STOP_BITS = sum(1 << (signum - 1) for signum in STOP_SIGNALS)
-RESET_BITS = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
-
-
-def program(folder, name="train-cmd", executable=True):
-    folder.mkdir(exist_ok=True)
-    path = folder / name
-    path.write_text("#!/bin/sh\necho ran {}\n".format(folder.name))
-    path.chmod(0o755 if executable else 0o644)
-    return path
 
 
 def shell_runs(name, path):
@@ -35,17 +25,17 @@ def shell_runs(name, path):
 
 
 def test_an_unexecutable_file_earlier_on_path_is_passed_over_as_a_shell_does(tmp_path):
-    program(tmp_path / "first", executable=False)
-    runnable = program(tmp_path / "second")
-    path = "{}:{}".format(tmp_path / "first", tmp_path / "second")
+    first, second = commands_on_path(tmp_path)
+    path = "{}:{}".format(first, second)
     assert shell_runs("train-cmd", path) == (0, "ran second")
-    assert find_program("train-cmd", {"PATH": path}) == str(runnable)
+    assert find_program("train-cmd", {"PATH": path}) == str(second / "train-cmd")
 
 
 def test_126_only_when_no_match_on_path_can_run_127_when_there_is_none(tmp_path):
-    program(tmp_path / "first", executable=False)
-    (tmp_path / "second" / "train-cmd").mkdir(parents=True)  # a directory is no program
-    path = "{}:{}".format(tmp_path / "first", tmp_path / "second")
+    first, second = commands_on_path(tmp_path)
+    (second / "train-cmd").unlink()
+    (second / "train-cmd").mkdir()  # a directory is no program
+    path = "{}:{}".format(first, second)
     assert shell_runs("train-cmd", path)[0] == EX_CANNOT_EXECUTE
     with pytest.raises(TrainerExecError) as error:
         find_program("train-cmd", {"PATH": path})
@@ -58,7 +48,8 @@ def test_126_only_when_no_match_on_path_can_run_127_when_there_is_none(tmp_path)
 
 
 def test_a_path_is_taken_as_it_is(tmp_path):
-    script = program(tmp_path / "bin", executable=False)
+    first, _ = commands_on_path(tmp_path)
+    script = first / "train-cmd"
     with pytest.raises(TrainerExecError) as error:
         find_program(str(script), {"PATH": ""})
     assert error.value.exit_code == EX_CANNOT_EXECUTE
@@ -66,7 +57,7 @@ def test_a_path_is_taken_as_it_is(tmp_path):
     assert find_program(str(script), {"PATH": ""}) == str(script)
     for missing in (str(tmp_path / "absent"), "./absent"):
         with pytest.raises(TrainerExecError) as error:
-            find_program(missing, {"PATH": str(tmp_path / "bin")})
+            find_program(missing, {"PATH": str(first)})
         assert error.value.exit_code == EX_NOT_FOUND
     with pytest.raises(TrainerExecError) as error:  # a directory is not a program
         find_program(str(tmp_path), {"PATH": ""})
@@ -127,6 +118,6 @@ def test_a_command_of_your_own_starts_with_nothing_blocked_or_ignored(init):
                             cwd=str(REPO), capture_output=True, text=True, timeout=60,
                             env=clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"))
     assert result.returncode == 0, result.stderr
-    status = dict(line.split(":\t", 1) for line in result.stdout.splitlines() if ":\t" in line)
+    status = status_fields(result.stdout)
     assert int(status["SigBlk"], 16) & STOP_BITS == 0
     assert int(status["SigIgn"], 16) & RESET_BITS == 0

@@ -17,6 +17,7 @@ import tempfile
 import time
 
 import pytest
+from signal_state import MASK_AT_START, STOP_BITS, commands_on_path, masks_at_start
 
 import fake_cloud_tpu as fake
 from conftest import (
@@ -229,14 +230,6 @@ def test_not_pid1_a_wrappers_children_still_get_sigterm():
         shutil.rmtree(marker_dir)
 
 
-SIGNAL_MASK_AT_START = """import sys
-with open("/proc/self/status") as status:
-    blocked = [line.split()[1] for line in status if line.startswith("SigBlk:")]
-sys.stderr.write("mask at start-up: {}\\n".format(blocked[0]))
-"""
-STOP_BITS = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGINT - 1))
-
-
 @pytest.mark.parametrize("module, blocked", [
     ("trainer.data.make_shards", False), ("trainer.data.reindex", False),
     ("trainer.data.plan", False), ("trainer.mnist", True)])
@@ -245,15 +238,14 @@ def test_only_the_trainers_that_unblock_them_start_with_the_stop_signals_blocked
     """The issue's check: `-- python -m trainer.data.make_shards` as PID 1 kept SigBlk 0x4002
     for good. Every Python started reports its mask (a sitecustomize); the last is the
     command's."""
-    (tmp_path / "sitecustomize.py").write_text(SIGNAL_MASK_AT_START)
+    (tmp_path / "sitecustomize.py").write_text(MASK_AT_START)
     process = start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent",
                                           PYTHONPATH=str(tmp_path)),
                             "--", "python", "-m", module, "--help")
     _, err = process.communicate(timeout=120)
-    masks = [line.split()[-1] for line in err.splitlines()
-             if line.startswith("mask at start-up: ")]
+    masks = masks_at_start(err)
     assert len(masks) == 2, err  # the launcher's and the command's
-    assert (int(masks[-1], 16) & STOP_BITS == STOP_BITS) == blocked, err
+    assert (masks[-1] & STOP_BITS == STOP_BITS) == blocked, err
 
 
 def test_sigterm_while_the_launcher_logs_its_summary_ends_it_with_143():
@@ -293,12 +285,7 @@ def wchan(pid):
 
 def test_as_pid1_the_command_is_looked_up_on_path_as_a_shell_does(tmp_path):
     """An unexecutable file of the same name earlier on PATH is passed over (it was 126)."""
-    for folder, mode in (("first", 0o644), ("second", 0o755)):
-        (tmp_path / folder).mkdir()
-        script = tmp_path / folder / "train-cmd"
-        script.write_text("#!/bin/sh\necho ran {}\n".format(folder))
-        script.chmod(mode)
-    path = "{}:{}:{}".format(tmp_path / "first", tmp_path / "second", os.environ["PATH"])
+    path = ":".join(list(map(str, commands_on_path(tmp_path))) + [os.environ["PATH"]])
     process = start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent", PATH=path),
                             "--", "train-cmd")
     out, err = process.communicate(timeout=60)

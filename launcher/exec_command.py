@@ -6,17 +6,17 @@ What the command inherits, and why:
 - SIGPIPE and SIGXFSZ go back to their defaults. Python's start-up ignores them, and an exec
   keeps what is ignored: ``yes | head -1`` would print "Broken pipe" and exit 1 instead of
   ending by SIGPIPE (141 in a shell). ``subprocess`` resets the same two (``restore_signals``).
-- SIGTERM and SIGINT: the launcher's handlers (``launcher.cli``) turn them into
-  ``Interrupted`` (exit 128+N) until ``exec_command`` blocks them, and from then on one that
-  arrives stays pending instead of being dropped. A command that ``installs_handler``
-  (the bundled trainers, ``trainer.stop_signal``) is exec'd with both still blocked: a pending
-  one reaches its handler the moment it is in. Any other command would keep them blocked for
-  good, so a pending one ends the launcher here (128+N: the command never started), and both
-  are reset to the default and unblocked just before the exec. That holds for dumb-init too:
-  it forwards a signal pending at its start before its child exists and so loses it (checked
-  with dumb-init 1.2.5), so it must not inherit one. Not as PID 1, a signal in the last
-  microseconds before the exec ends the launcher with it; as PID 1 the kernel drops it there,
-  as it would a moment later for a command without a handler.
+- SIGTERM and SIGINT: the launcher's handlers (``launcher.cli``) stay in up to the exec,
+  which resets them to the default; a signal caught until then is the launcher's
+  ``Interrupted`` (exit 128+N, the command never starts), also when it reached another
+  thread (TensorFlow starts one) and the handler runs in the main thread a moment later. A
+  command that ``installs_handler`` (the bundled trainers, ``trainer.stop_signal``) is
+  exec'd with both blocked, so that one arriving at the exec or while the trainer imports
+  stays pending (the mask survives the exec) until its handler is in and unblocks them. Any
+  other command would keep them blocked for good, so it gets them unblocked; that includes
+  dumb-init, which would lose a signal pending at its start (it forwards it before its child
+  exists: checked with dumb-init 1.2.5). Unblocked, a signal in the microseconds between the
+  last check and the ``execve`` is lost: too late for the launcher, too early for the command.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import shutil
 import signal
 from typing import Callable, Mapping, Sequence
 
-from launcher.errors import EX_CANNOT_EXECUTE, EX_NOT_FOUND, Interrupted, TrainerExecError
+from launcher.errors import EX_CANNOT_EXECUTE, EX_NOT_FOUND, TrainerExecError
 
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 # Ignored by Python's start-up; a program expects them at their defaults.
@@ -65,20 +65,14 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str], installs_handler: 
                  execvpe: Callable[..., None] = os.execvpe) -> None:
     """Replace this process with ``argv`` (looked up on ``env``'s PATH) in the signal state
     described above; returns only when ``execvpe`` does (a test double), raises
-    ``TrainerExecError`` (127/126) when the exec fails, ``Interrupted`` when a stop signal came
-    first. The caller's handlers, mask and dispositions are back in place when it returns."""
-    # Python runs a pending handler when the mask changes: a signal caught so far raises
-    # Interrupted here, and from here on one waits.
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    previous = {signum: signal.signal(signum, signal.SIG_DFL)
-                for signum in sorted(STOP_SIGNALS) + list(RESET_TO_DEFAULT)}
+    ``TrainerExecError`` (127/126) when the exec fails. The caller's mask and dispositions
+    are back in place when it returns."""
+    # Python runs a handler due when the mask changes: a signal caught so far raises
+    # Interrupted here rather than being lost in the exec.
+    previous_mask = signal.pthread_sigmask(
+        signal.SIG_BLOCK if installs_handler else signal.SIG_UNBLOCK, STOP_SIGNALS)
+    previous = {signum: signal.signal(signum, signal.SIG_DFL) for signum in RESET_TO_DEFAULT}
     try:
-        if not installs_handler:
-            pending = STOP_SIGNALS & signal.sigpending()
-            if pending:
-                signum = signal.sigwait(pending)  # taken: it ends the launcher, once
-                raise Interrupted(signum, signal.Signals(signum).name)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         _exec(list(argv), env, execvpe)
     finally:  # the exec failed (or was a test double): the launcher goes on to report it
         for signum, handler in previous.items():

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -209,25 +208,22 @@ INIT_SIGNALLING_ITS_CHILD = (find_init({}), "--single-child", "--")
 WRAPPER = 'trap "echo wrapper: TERM" TERM; "$@"; echo "wrapper: end $?"'
 
 
-def test_not_pid1_a_wrappers_children_still_get_sigterm():
+def test_not_pid1_a_wrappers_children_still_get_sigterm(tmp_path):
     """The launcher is not PID 1, so without an init of its own the shell alone would get the
     signal: it waits for the script, which never hears of it, and nothing ends."""
-    marker_dir = tempfile.mkdtemp()
-    marker = os.path.join(marker_dir, "checkpoint")
+    marker = tmp_path / "checkpoint"
     process = start_as_pid1(
         clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"), "--", "sh", "-c", WRAPPER, "sh",
-        sys.executable, str(TESTS / "user_command.py"), "handler", marker, "7",
+        sys.executable, str(TESTS / "user_command.py"), "handler", str(marker), "7",
         init=INIT_SIGNALLING_ITS_CHILD)
     try:
         code, _ = stop_when_ready(process)
         out, err = process.communicate(timeout=10)
         assert (code, out.splitlines()) == (0, ["wrapper: TERM", "wrapper: end 7"]), err
         assert "hand-over: dumb-init (not PID 1) runs the command" in err
-        with open(marker) as saved:
-            assert saved.read() == "checkpoint\n"
+        assert marker.read_text() == "checkpoint\n"
     finally:
         process.kill()
-        shutil.rmtree(marker_dir)
 
 
 @pytest.mark.parametrize("module, blocked", [

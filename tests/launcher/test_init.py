@@ -4,8 +4,9 @@ import os
 
 import pytest
 
+from conftest import REPO
 from launcher.init import find_init, plan_handover, with_handover
-from launcher.launch import is_bundled_trainer
+from launcher.launch import SELF_HANDLING_TRAINERS, is_bundled_trainer
 
 DUMB_INIT = "/venv/bin/dumb-init"
 USER = ("python", "train.py", "--lr=0.1")
@@ -59,3 +60,13 @@ def test_find_init_prefers_the_one_beside_the_interpreter(tmp_path):
     # The dev venv has dumb-init next to its python (requirements/dev.lock), as the images do.
     assert find_init({"PATH": str(tmp_path)}) is not None
     assert os.path.basename(find_init({"PATH": ""})) == "dumb-init"
+
+
+def test_the_self_handling_trainers_are_the_modules_that_catch_sigterm_first():
+    """The list the launcher holds SIGTERM blocked for must follow the code: a module that
+    stops calling catch_sigterm would keep it blocked for good, a new one would be under the
+    init."""
+    catching = {".".join(path.relative_to(REPO).with_suffix("").parts)
+                for path in (REPO / "trainer").rglob("*.py")
+                if "stop_signal.catch_sigterm()" in path.read_text()}
+    assert catching == set(SELF_HANDLING_TRAINERS)

@@ -3,7 +3,8 @@
 The container's entrypoint. It reads the platform's environment, works out the XLA device,
 waits for a legacy TPU node when there is one, exports torch_xla's runtime variables and
 ``exec``s the trainer, which then replaces the launcher (it becomes PID 1 and receives the
-platform's signals directly).
+platform's signals directly); a command of your own runs under an init (``launcher.init``),
+in the signal state ``launcher.exec_command`` describes.
 
 Arguments: launcher options are recognised only at the front. The first other argument starts
 the trainer's arguments, which are passed on unchanged and in order (``--job-dir=gs://...``,
@@ -28,16 +29,9 @@ import sys
 import traceback
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.errors import (
-    EX_CANNOT_EXECUTE,
-    EX_NOT_FOUND,
-    EX_SOFTWARE,
-    Interrupted,
-    LauncherError,
-    TrainerExecError,
-    UsageError,
-)
-from launcher.init import DEFAULT_INIT_MODE, INIT_MODES, check_executable, with_handover
+from launcher.errors import EX_SOFTWARE, Interrupted, LauncherError, UsageError
+from launcher.exec_command import exec_command, find_program
+from launcher.init import DEFAULT_INIT_MODE, INIT_MODES, with_handover
 from launcher.launch import (
     DEFAULT_TRAINER,
     LaunchOptions,
@@ -66,12 +60,11 @@ _OPTIONS = (
     ("--host-root", "LAUNCHER_HOST_ROOT",
      "where to look for /sys and /dev when detecting TPU chips (default: /)"),
     ("--init", "LAUNCHER_INIT",
-     "when the launcher is PID 1, how a command of your own runs: %s (default: %s; group and "
-     "child run it under dumb-init, forwarding signals to its process group or to it alone; "
-     "exec makes it PID 1)" % ("|".join(INIT_MODES), DEFAULT_INIT_MODE)),
+     "how a command of your own runs: %s (default: %s; group and child run it under "
+     "dumb-init, forwarding signals to its process group or to it alone; exec makes it "
+     "replace the launcher, PID 1 in a container)" % ("|".join(INIT_MODES), DEFAULT_INIT_MODE)),
 )
 _FLAG_OPTIONS = ("--dry-run",)
-_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 _LOG_PREFIX = "launcher: "
 
 
@@ -85,25 +78,15 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             options = parse_command_line(argv, environ)
         except SystemExit as shown:  # -h/--help: argparse printed the help and wants out
             return int(shown.code or 0)
+        # The handlers stay in until the exec, where launcher.exec_command takes over.
         with interrupt_on_signals():
             plan = plan_launch(options, environ, log)
-            # Only our trainers unblock the two stop signals once their handler is in; the mask
-            # survives exec, so a signal arriving while the trainer starts stays pending
-            # instead of being dropped (PID 1 without a handler loses it). Any other command
-            # would keep them blocked.
-            hold = not options.dry_run and is_bundled_trainer(plan.command)
-            if hold:  # before the handlers go: from here to the trainer's, nothing is lost
-                signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        try:
             for line in describe(plan):
                 log(line)
             if options.dry_run:
                 print_dry_run(plan, environ)
                 return 0
             exec_trainer(plan, environ, execvpe)
-        finally:  # reached only when the exec failed (or execvpe is a test double)
-            if hold:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         return 0
     except (LauncherError, Interrupted) as error:
         log("{}: {}".format(type(error).__name__, error.message))
@@ -252,23 +235,11 @@ def exec_trainer(plan: LaunchPlan, environ: Mapping[str, str],
     env: Dict[str, str] = {name: value for name, value in environ.items() if name not in unset}
     env.update(assignments)
     if plan.handover.prefix:  # the init would report a missing command in its own words
-        check_executable(plan.command[0], env)
-    command = list(with_handover(plan.handover, plan.command))
+        find_program(plan.command[0], env)
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        execvpe(command[0], command, env)
-    except FileNotFoundError:
-        raise TrainerExecError("trainer command not found: {}".format(command[0]),
-                               "check LAUNCHER_TRAINER / --trainer and the image's PATH",
-                               EX_NOT_FOUND)
-    except OSError as error:
-        raise TrainerExecError("cannot execute the trainer {}: {}".format(command[0],
-                                                                           error.strerror),
-                               "check the file's permissions and interpreter line",
-                               EX_CANNOT_EXECUTE)
-
-
+    exec_command(with_handover(plan.handover, plan.command), env,
+                 installs_handler=is_bundled_trainer(plan.command), execvpe=execvpe)
 
 
 def main_entry() -> None:

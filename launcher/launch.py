@@ -26,6 +26,8 @@ from launcher.tpu_wait import WaitPolicy, wait_until_ready
 
 DEFAULT_TRAINER = "python -m trainer.mnist"
 _PYTHON_NAMES = ("python", "python3")
+# The modules that catch SIGTERM before their first import (launcher.exec_command).
+SELF_HANDLING_TRAINERS = ("trainer.mnist", "trainer.imagenet")
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,11 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
 
 
 def is_bundled_trainer(command: Sequence[str]) -> bool:
-    """Whether ``command`` is one of our trainers (``python -m trainer.*``), which installs its
-    SIGTERM handler first thing and unblocks SIGTERM and SIGINT once it is in
-    (``trainer.stop_signal``)."""
-    return (len(command) > 2 and command[1] == "-m" and command[2].startswith("trainer.")
+    """Whether ``command`` is one of our trainers (``python -m trainer.mnist`` or
+    ``trainer.imagenet``), which install their SIGTERM handler first thing and unblock SIGTERM
+    and SIGINT once it is in (``trainer.stop_signal``). The other ``trainer.*`` modules (the
+    data tools) install none: they run like any other command."""
+    return (len(command) > 2 and command[1] == "-m" and command[2] in SELF_HANDLING_TRAINERS
             and os.path.basename(command[0]).startswith("python"))
 
 

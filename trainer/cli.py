@@ -1,6 +1,9 @@
 """The trainers' shared ``main`` plumbing: logging, absl flag parsing (``--job-dir`` spelling
 accepted), and the one place that turns errors into a one-line message and an exit code.
 
+``--help`` / ``-h`` print the trainer's flags, ``--helpfull`` every flag defined (absl's
+own included), and exit 0 without training.
+
 Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 74 job dir not readable/writable;
 78 the container's ``/dev/shm`` is too small for the data workers (``docker run --shm-size``);
 143 stopped by SIGTERM after writing a checkpoint (the platform restarts and it resumes).
@@ -27,14 +30,45 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
     to exit codes. The one place that reads the environment (Vertex's ``AIP_*`` dirs)."""
     configure_logging()
     define_flags()
+    argv = list(sys.argv if argv is None else argv)
+    help_text = requested_help(argv, FLAGS, describe=define_flags.__globals__.get("__doc__"))
+    if help_text is not None:
+        print(help_text)
+        return 0
     try:
         _configure_storage(os.environ)
         _configure_shared_memory(os.environ)
-        config = parse_config(list(sys.argv if argv is None else argv))
+        config = parse_config(argv)
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
         return report(error)
     return 0
+
+
+HELP_FLAGS = ("-h", "--help", "-help", "--helpshort")
+HELP_FULL_FLAGS = ("--helpfull", "-helpfull")
+
+
+def requested_help(argv: List[str], flag_values: Any = FLAGS,
+                   describe: Optional[str] = None) -> Optional[str]:
+    """The help that ``argv`` (program name first) asks for, else None: with ``--help`` or
+    ``-h``, the first paragraph of ``describe`` (the trainer's docstring) and the flags the
+    trainer package defines; with ``--helpfull``, every flag in ``flag_values``. absl's own
+    help flags come with ``absl.app``, which the trainers do not run (their ``main`` is
+    theirs), so without this ``--help`` was an unknown flag."""
+    wanted = {arg.split("=", 1)[0] for arg in argv[1:]}
+    if not wanted & set(HELP_FLAGS + HELP_FULL_FLAGS):
+        return None
+    intro = (describe or "").replace("``", "").strip().split("\n\n")[0]
+    lines = [" ".join(intro.split()), ""] if intro else []
+    lines.append("Flags (--name=value; --name-with-dashes is accepted too):")
+    if wanted & set(HELP_FULL_FLAGS):
+        lines.append(flag_values.get_help())
+    else:
+        lines.extend(flag_values.module_help(module) for module in
+                     sorted(flag_values.flags_by_module_dict())
+                     if module.split(".")[0] in ("trainer", "__main__"))
+    return "\n".join(lines)
 
 
 def exit_process(code: int) -> None:

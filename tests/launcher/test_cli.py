@@ -62,8 +62,10 @@ def test_local_run_execs_the_default_trainer_with_every_argument_in_order(capsys
 
 def test_explicit_command_after_double_dash():
     execvpe = RecordingExec()
-    run_main(["--", "/bin/true", "--flag"], {}, execvpe)
+    run_main(["--init=exec", "--", "/bin/true", "--flag"], {}, execvpe)
+    run_main(["--", "/bin/true", "--flag"], {}, execvpe)  # under the init (launcher.init)
     assert execvpe.calls[0][1] == ["/bin/true", "--flag"]
+    assert execvpe.calls[1][1][-3:] == ["--", "/bin/true", "--flag"]
 
 
 def test_dry_run_prints_exports_and_the_command_and_does_not_exec(capsys):

@@ -11,6 +11,7 @@ import fake_cloud_tpu as fake
 from conftest import (
     SEED_TF_CONFIG,
     SEED_TPU_CONFIG,
+    clean_environ,
     fake_trainer_env,
     make_tpu_sysfs,
     read_records,
@@ -165,3 +166,13 @@ def test_dry_run_output_evaluates_in_a_shell(tmp_path):
     shell = subprocess.run(["sh", "-c", result.stdout + '\necho "$XRT_TPU_CONFIG"'],
                            capture_output=True, text=True, check=True)
     assert shell.stdout.strip() == "tpu_worker;0;10.1.2.3:8470"
+
+
+@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
+def test_the_default_trainers_help_comes_through_the_launcher(flag):
+    """`python -m launcher --help` is the launcher's own help; after `--`, the trainer's
+    flags come, and nothing trains."""
+    result = run_launcher("--", flag, env=clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"),
+                          timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("MNIST") and "--batch_size:" in result.stdout

@@ -1,17 +1,22 @@
 """The launcher as PID 1 (``unshare --pid --fork``), as in a container: SIGTERM sent to PID 1
 reaches a command of the user's (run by dumb-init as PID 1, or exec'd with LAUNCHER_INIT=exec),
 a script without a handler ends at once, zombies are reaped, exit codes pass through, and
-SIGTERM while waiting for the TPU ends the launcher within a second with 128 + SIGTERM. The
-container tier runs the same user command in both images (tests/images/test_user_command.py).
+SIGTERM while waiting for the TPU, or while the launcher logs its summary, ends the launcher
+with 128 + SIGTERM. Only the trainers that catch SIGTERM first start with it blocked; under
+an init that signals the launcher alone (tini without -g) a wrapper's children still get it;
+the command is looked up on PATH as a shell does. The container tier runs the same user
+command in both images (tests/images/test_user_command.py).
 """
 
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
+from signal_state import MASK_AT_START, STOP_BITS, commands_on_path, masks_at_start
 
 import fake_cloud_tpu as fake
 from conftest import (
@@ -23,6 +28,7 @@ from conftest import (
     launcher_command,
     read_records,
 )
+from launcher.init import find_init
 
 pytestmark = pytest.mark.skipif(
     shutil.which("unshare") is None or os.geteuid() != 0,
@@ -32,18 +38,20 @@ pytestmark = pytest.mark.skipif(
 USER_COMMAND = ["--", "python", str(TESTS / "user_command.py")]
 
 
-def start_as_pid1(env, *args):
+def start_as_pid1(env, *args, init=(), stderr=subprocess.PIPE):
     """The launcher as PID 1 of a new PID namespace with its own /proc (so that what the
-    command reads there, PID 1 and zombies, is the namespace's)."""
-    prefix = ["unshare", "--pid", "--fork", "--mount-proc"]
+    command reads there, PID 1 and zombies, is the namespace's); with ``init``, that init is
+    PID 1 and the launcher its child."""
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc"] + list(init)
     return subprocess.Popen(launcher_command(*args, prefix=prefix), cwd=str(REPO), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
-def user_command(*args, **env):
-    """The launcher (PID 1) running tests/user_command.py ARGS; returns the process."""
+def user_command(*args, init=(), **env):
+    """The launcher (PID 1, or ``init``'s child) running tests/user_command.py ARGS; returns
+    the process."""
     return start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent", **env),
-                         *(USER_COMMAND + list(args)))
+                         *(USER_COMMAND + list(args)), init=init)
 
 
 def stop_when_ready(process, signum=signal.SIGTERM):
@@ -190,3 +198,91 @@ def test_a_missing_command_is_the_launchers_127_not_the_inits():
     assert err.splitlines()[-2:] == [
         "launcher: TrainerExecError: trainer command not found: no-such-trainer-command",
         "launcher: HINT: check LAUNCHER_TRAINER / --trainer and the image's PATH"]
+
+
+# A stand-in for `docker run --init` (tini without -g): an init, PID 1, that signals its own
+# child (the launcher's process) alone.
+INIT_SIGNALLING_ITS_CHILD = (find_init({}), "--single-child", "--")
+# The issue's wrapper, with a trap so that the shell outlives the SIGTERM: a shell runs its
+# trap only once the child it waits for has ended.
+WRAPPER = 'trap "echo wrapper: TERM" TERM; "$@"; echo "wrapper: end $?"'
+
+
+def test_not_pid1_a_wrappers_children_still_get_sigterm(tmp_path):
+    """The launcher is not PID 1, so without an init of its own the shell alone would get the
+    signal: it waits for the script, which never hears of it, and nothing ends."""
+    marker = tmp_path / "checkpoint"
+    process = start_as_pid1(
+        clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"), "--", "sh", "-c", WRAPPER, "sh",
+        sys.executable, str(TESTS / "user_command.py"), "handler", str(marker), "7",
+        init=INIT_SIGNALLING_ITS_CHILD)
+    try:
+        code, _ = stop_when_ready(process)
+        out, err = process.communicate(timeout=10)
+        assert (code, out.splitlines()) == (0, ["wrapper: TERM", "wrapper: end 7"]), err
+        assert "hand-over: dumb-init (not PID 1) runs the command" in err
+        assert marker.read_text() == "checkpoint\n"
+    finally:
+        process.kill()
+
+
+@pytest.mark.parametrize("module, blocked", [
+    ("trainer.data.make_shards", False), ("trainer.data.reindex", False),
+    ("trainer.data.plan", False), ("trainer.mnist", True)])
+def test_only_the_trainers_that_unblock_them_start_with_the_stop_signals_blocked(
+        tmp_path, module, blocked):
+    """The issue's check: `-- python -m trainer.data.make_shards` as PID 1 kept SigBlk 0x4002
+    for good. Every Python started reports its mask (a sitecustomize); the last is the
+    command's."""
+    (tmp_path / "sitecustomize.py").write_text(MASK_AT_START)
+    process = start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent",
+                                          PYTHONPATH=str(tmp_path)),
+                            "--", "python", "-m", module, "--help")
+    _, err = process.communicate(timeout=120)
+    masks = masks_at_start(err)
+    assert len(masks) == 2, err  # the launcher's and the command's
+    assert (masks[-1] & STOP_BITS == STOP_BITS) == blocked, err
+
+
+def test_sigterm_while_the_launcher_logs_its_summary_ends_it_with_143():
+    """Its stderr pipe full, the launcher blocks in its first log line; the SIGTERM sent then
+    must not be dropped (PID 1 without a handler) to let the command run."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"x" * 4096)
+    except BlockingIOError:
+        os.set_blocking(write_end, True)
+    try:
+        process = start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent"),
+                                *(USER_COMMAND + ["exit", "0"]), stderr=write_end)
+        os.close(write_end)
+        init = namespace_init_pid(process.pid)
+        assert wait_for(lambda: wchan(init).endswith("pipe_write"), 60)
+        os.kill(init, signal.SIGTERM)
+        with os.fdopen(read_end, "rb") as pipe:
+            err = pipe.read().decode()
+        assert process.wait(10) == 128 + signal.SIGTERM
+        assert "launcher: Interrupted: received SIGTERM" in err
+    finally:
+        process.kill()
+
+
+def wchan(pid):
+    """Where in the kernel ``pid`` sleeps: "pipe_write" ("anon_pipe_write" on newer kernels)
+    while its write to a full pipe waits."""
+    try:
+        with open("/proc/{}/wchan".format(pid)) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def test_as_pid1_the_command_is_looked_up_on_path_as_a_shell_does(tmp_path):
+    """An unexecutable file of the same name earlier on PATH is passed over (it was 126)."""
+    path = ":".join(list(map(str, commands_on_path(tmp_path))) + [os.environ["PATH"]])
+    process = start_as_pid1(clean_environ(LAUNCHER_HOST_ROOT="/nonexistent", PATH=path),
+                            "--", "train-cmd")
+    out, err = process.communicate(timeout=60)
+    assert (process.returncode, out.strip()) == (0, "ran second"), err

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import examples
 from trainer import imagenet, mnist
 from trainer.batches import epoch_order
-from trainer.cli import parse_config
+from trainer.cli import parse_config, requested_help
 from trainer.errors import EX_USAGE, TrainerError
 from trainer.optim import build_optimizer
 
@@ -106,3 +106,18 @@ def test_any_flags_are_refused_in_one_line_or_usable(case):
         assert error.message and "\n" not in error.message + error.hint
         return
     assert_usable(config)
+
+@pytest.mark.parametrize("trainer, flag", [("mnist", "--help"), ("mnist", "-h"),
+                                           ("imagenet", "--helpfull"), ("imagenet", "--help")])
+def test_help_lists_the_trainers_flags_and_what_it_trains(trainer, flag):
+    module = {"mnist": mnist, "imagenet": imagenet}[trainer]
+    text = requested_help(["trainer", "--lr=0.1", flag], TRAINER_FLAGS[trainer], module.__doc__)
+    assert text.splitlines()[0] == " ".join(module.__doc__.replace("``", "").split("\n\n")[0]
+                                            .split())
+    for name in TRAINER_FLAGS[trainer]:  # a bool flag shows as --[no]name
+        assert "--{}:".format(name) in text or "--[no]{}:".format(name) in text
+    assert ("--model:" in text) == (trainer == "imagenet")
+
+def test_help_only_when_asked():
+    for args in ([], ["--lr=0.1"], ["--data_dir=--help-me"], ["--helpless"]):
+        assert requested_help(["trainer"] + args, TRAINER_FLAGS["mnist"]) is None

@@ -44,6 +44,13 @@ def test_bad_flags_and_data_are_one_line_errors(args, code, text):
     assert returncode == code, err
     assert text in lines[-2] and lines[-1].startswith("HINT: ") and "Traceback" not in err
 
+def test_help_prints_the_flags_and_exits_0():
+    """absl's --help lives in absl.app, which the trainers do not run: it was "TrainerError:
+    Unknown command line flag 'help'" with exit 64."""
+    returncode, out, err = finish(trainer("trainer.imagenet", "--help"))
+    assert returncode == 0, err
+    assert out.startswith("ImageNet") and "--model:" in out and "Error" not in err
+
 @pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
 def test_bad_gcs_retry_deadline_is_a_usage_error(value):
     returncode, _, err = finish(trainer("trainer.mnist", "--fake_data",

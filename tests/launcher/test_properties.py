@@ -34,8 +34,10 @@ from conftest import (
 )
 from launcher.cli import main, parse_command_line
 from launcher.errors import (
+    EX_CANNOT_EXECUTE,
     EX_CONFIG,
     EX_NOPERM,
+    EX_NOT_FOUND,
     EX_PROTOCOL,
     EX_SOFTWARE,
     EX_UNAVAILABLE,
@@ -45,7 +47,10 @@ from launcher.errors import (
 
 pytestmark = pytest.mark.tensorflow
 
-DOCUMENTED = {0, EX_USAGE, EX_UNAVAILABLE, EX_PROTOCOL, EX_NOPERM, EX_CONFIG}
+# 126 / 127: the trainer command cannot be executed / is not on PATH: the launcher looks it up
+# as a shell does before anything is exec'd (issue 32).
+DOCUMENTED = {0, EX_USAGE, EX_UNAVAILABLE, EX_PROTOCOL, EX_NOPERM, EX_CONFIG, EX_CANNOT_EXECUTE,
+              EX_NOT_FOUND}
 VERTEX_TPU = json.dumps({"cluster": {"workerpool0": ["cmle-host:2222"]}, "environment": "cloud",
                          "task": {"type": "workerpool0", "index": 0}, "job": {
                              "workerPoolSpecs": [{"machineSpec": {
@@ -204,6 +209,12 @@ def waits_long(environ, argv):
          changes={"PJRT_DEVICE": ""}, options=[], trainer_args=[], command=[])
 @example(scenario={"CLUSTER_SPEC": VERTEX_CPU, "LAUNCHER_HOST_ROOT": "NO_CHIPS"}, changes={},
          options=[], trainer_args=[], command=[])
+# A trainer command not on PATH after a resolved TPU node: the launcher's own 127 (found when
+# the launcher started looking commands up itself).
+@example(scenario={"TPU_CONFIG": json.dumps({"project": fake.PROJECT, "zone": fake.ZONE,
+                                             "tpu_node_name": "ready-tpu"}),
+                   "TF_CONFIG": SEED_TF_CONFIG, "LAUNCHER_XLA_RUNTIME": "xrt"},
+         changes={}, options=["--trainer=0"], trainer_args=[], command=[])
 def test_every_input_ends_the_documented_way(emulated_api, chips, no_chips, scenario, changes,
                                              options, trainer_args, command):
     def hosts(text):

@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Optional
+from typing import Any, Callable, ContextManager, Dict, Iterable, Iterator, Optional
 
 import torch
 
@@ -25,14 +26,24 @@ class StepClock:
     """Training time, accumulated per step: throughput figures without keeping a timestamp
     per step. Time between ``stop()`` and the next ``start()`` (evaluation, checkpoints) is
     not counted; the first ``skip`` steps (they compile the graphs) are left out of the
-    steady figures."""
+    steady figures. ``waited``: the part of ``seconds`` the loop spent waiting for the next
+    batch (``next_batch``)."""
 
     skip: int = 3
     steps: int = 0
     seconds: float = 0.0
     steady_steps: int = 0
     steady_seconds: float = 0.0
+    waited: float = 0.0
     _last: Optional[float] = None
+
+    def next_batch(self, batches: Iterator) -> Optional[Any]:
+        """The next item of ``batches`` (None at their end), the time it took counted as
+        waiting for input."""
+        started = time.perf_counter()
+        batch = next(batches, None)
+        self.waited += time.perf_counter() - started
+        return batch
 
     def start(self) -> None:
         self._last = time.perf_counter()
@@ -85,6 +96,9 @@ class EpochHooks:
     on_log: Optional[Callable[[int, torch.Tensor], None]] = None
     on_step: Optional[Callable[[LoopState], None]] = None
     should_stop: Callable[[], bool] = lambda: False
+    # The context each step runs in, given its global step (``profiling``: the profiler's
+    # step annotation while a profile is captured).
+    step_context: Callable[[int], ContextManager] = lambda step: contextlib.nullcontext()
 
 
 def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
@@ -95,17 +109,27 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
     if state.loss_total is None:
         state.loss_total = xla.device_number(0, steps.device)
     state.clock.start()
-    for x, y in batches:
-        state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
-        state.step_in_epoch += 1
-        state.global_step += 1
-        state.clock.tick()
-        if hooks.on_log is not None and hooks.log_steps and (
-                state.global_step % hooks.log_steps == 0):
-            xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
-            # Run the step, and the closure after it, now: where the loader's sync would cut
-            # the same graph anyway (lazy path), or would never come (compiled path).
-            xla.sync()
+    loaded = iter(batches)
+    while True:
+        with hooks.step_context(state.global_step):
+            if steps.path == xla.LAZY:
+                # Cut the step before asking for the next batch, as the loader would on
+                # asking: the time waited for the batch is then the input's alone.
+                xla.sync()
+            batch = state.clock.next_batch(loaded)
+            if batch is None:
+                break
+            x, y = batch
+            state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
+            state.step_in_epoch += 1
+            state.global_step += 1
+            state.clock.tick()
+            if hooks.on_log is not None and hooks.log_steps and (
+                    state.global_step % hooks.log_steps == 0):
+                xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
+                # Run the step, and the closure after it, now: where the loader's sync would
+                # cut the same graph anyway (lazy path), or would never come (compiled path).
+                xla.sync()
         if hooks.on_step is not None:
             hooks.on_step(state)
         if hooks.should_stop():

@@ -47,7 +47,7 @@ def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
                "/dev/shm to match (docker run --shm-size; python -m trainer.data.plan shows "
                "the size)".format(setup.cores - 1, setup.workers, setup.cores))
     else:
-        fix = ("all {} cores of this host decode already ({} workers): a host with more "
+        fix = ("all {} cores of this host decode already ({} data workers): a host with more "
                "cores, or smaller images (resize them before make_shards; decoding time "
                "grows with the pixels)".format(setup.cores, setup.workers))
     return ("input-bound: the loop waited {:.0%} of the last {} steps for the next batch; "

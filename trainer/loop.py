@@ -111,25 +111,27 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
     state.clock.start()
     loaded = iter(batches)
     while True:
+        if steps.path == xla.LAZY:
+            # Cut the step before asking for the next batch, as the loader would on asking:
+            # the time waited for the batch is then the input's alone.
+            xla.sync()
+        batch = state.clock.next_batch(loaded)
+        if batch is None:
+            break
+        x, y = batch
+        # No graph may be cut inside the context (a profile's step annotation cuts it at its
+        # end), so the progress closure's sync comes after it.
         with hooks.step_context(state.global_step):
-            if steps.path == xla.LAZY:
-                # Cut the step before asking for the next batch, as the loader would on
-                # asking: the time waited for the batch is then the input's alone.
-                xla.sync()
-            batch = state.clock.next_batch(loaded)
-            if batch is None:
-                break
-            x, y = batch
             state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
-            state.step_in_epoch += 1
-            state.global_step += 1
-            state.clock.tick()
-            if hooks.on_log is not None and hooks.log_steps and (
-                    state.global_step % hooks.log_steps == 0):
-                xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
-                # Run the step, and the closure after it, now: where the loader's sync would
-                # cut the same graph anyway (lazy path), or would never come (compiled path).
-                xla.sync()
+        state.step_in_epoch += 1
+        state.global_step += 1
+        state.clock.tick()
+        if hooks.on_log is not None and hooks.log_steps and (
+                state.global_step % hooks.log_steps == 0):
+            xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
+            # Run the step, and the closure after it, now: where the loader's sync would cut
+            # the same graph anyway (lazy path), or would never come (compiled path).
+            xla.sync()
         if hooks.on_step is not None:
             hooks.on_step(state)
         if hooks.should_stop():

@@ -23,8 +23,10 @@ def run_mnist(*args, **environ):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_profile_lands_in_the_local_job_dir(tmp_path):
-    result = run_mnist("--job_dir=" + str(tmp_path))
+@pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
+def test_a_profile_lands_in_the_local_job_dir(tmp_path, step_mode):
+    result = run_mnist("--job_dir=" + str(tmp_path), "--step_mode=" + step_mode,
+                       "--log_steps=1")  # a progress line's sync in every captured step
     assert result.returncode == 0, result.stderr
     assert "profiling steps 3 to 4" in result.stdout
     [profile] = (tmp_path / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb")

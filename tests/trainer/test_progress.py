@@ -33,22 +33,11 @@ def test_the_advice_names_the_fix_that_applies_on_this_host(setup, fix):
 
 @pytest.fixture(scope="module")
 def large_image_shards(tmp_path_factory):
-    """2 classes x 8 training and 2 validation images of 3,000 x 2,250 px, as shards."""
-    import numpy as np
-    from PIL import Image
-
+    """2 classes x 8 training and 2 validation JPEGs of noise, 3,000 x 2,250 px, as shards."""
+    import photos
     from trainer.data.make_shards import convert
 
-    rng = np.random.default_rng(0)
-    root = tmp_path_factory.mktemp("large-images")
-    for split, count in (("train", 8), ("val", 2)):
-        for label in ("a", "b"):
-            folder = root / split / label
-            folder.mkdir(parents=True)
-            for index in range(count):
-                pixels = rng.integers(0, 256, (2250, 3000, 3), dtype=np.uint8)
-                Image.fromarray(pixels).save(str(folder / "{}.JPEG".format(index)), "JPEG",
-                                             quality=90)
+    root = photos.build_noise(tmp_path_factory.mktemp("large-images"))
     dest = tmp_path_factory.mktemp("large-image-shards")
     convert(str(root), str(dest), shard_size=8, workers=1)
     return dest

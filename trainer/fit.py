@@ -88,8 +88,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                  if config.lr_batch else "--lr as given: --lr_batch=0")
         sharding = devices.batch_sharding(topology)
         profile = ProfileWindow.for_run(parse_profile_steps(config.profile_steps),
-                                        outputs.tensorboard_folder, outputs.flush,
-                                        outputs.tensorboard_uri or "")
+                                        paths.tensorboard_dir, outputs.tensorboard_folder,
+                                        outputs.flush)
         run = _Run(config, spec.data, steps, state, checkpoints,
                    _Records(outputs, counts, cache, profile),
                    _Placement(sharding, devices.StopVote(topology, stop_signal.received,

@@ -166,10 +166,6 @@ class RunOutputs:
         durable (the job dir's own folder when it is local); None when none are written."""
         return self._tensorboard_local if self._writer is not None else None
 
-    @property
-    def tensorboard_uri(self) -> Optional[str]:
-        return self._tensorboard_dir.uri if self._tensorboard_dir is not None else None
-
     def record(self, kind: str, values: Dict[str, Any], step: int) -> None:
         """One metrics line ({"kind", "step", ...values}) and TensorBoard scalars."""
         if self._metrics_path is not None:

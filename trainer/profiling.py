@@ -34,10 +34,13 @@ class ProfileWindow:
         self.started = self.finished = False
 
     @classmethod
-    def for_run(cls, steps: Optional[Tuple[int, int]], folder: Optional[str],
-                flush: Callable[[], None], uri: str = "") -> Optional["ProfileWindow"]:
-        """The window ``--profile_steps`` asks for (None when it is not set), or a usage
-        error where no profile can be written."""
+    def for_run(cls, steps: Optional[Tuple[int, int]], tensorboard_dir: Optional[str],
+                folder: Optional[str], flush: Callable[[], None]
+                ) -> Optional["ProfileWindow"]:
+        """The window ``--profile_steps`` asks for in the run whose TensorBoard files go to
+        ``tensorboard_dir``, written locally in ``folder``: None when the flag is not set,
+        or on a host that writes no outputs (the one that does profiles); a usage
+        error, the same on every host, where no profile can be written."""
         if steps is None:
             return None
         if not xla.profiler_available():
@@ -45,12 +48,14 @@ class ProfileWindow:
                 "--profile_steps needs torch_xla's in-process profiler (torch_xla 2.x); this "
                 "is torch_xla {}".format(xla.torch_xla_version()),
                 "run without --profile_steps on this image, or profile on the pjrt image")
-        if folder is None:
+        if tensorboard_dir is None:
             raise TrainerError("--profile_steps needs a TensorBoard folder to write the "
                                "profile to, and this run has none",
                                "pass --job_dir (the profile goes to JOB_DIR/tensorboard/)",
                                EX_USAGE)
-        return cls(steps, folder, flush, uri)
+        if folder is None:
+            return None
+        return cls(steps, folder, flush, tensorboard_dir)
 
     def step_context(self, global_step: int) -> Any:
         """The context the step after ``global_step`` steps runs in: annotated while the

@@ -63,3 +63,14 @@ def test_profile_steps_that_are_not_first_count_are_refused(text):
 def test_profile_steps_parse():
     assert parse_profile_steps("") is None
     assert parse_profile_steps("10, 5") == (10, 5)
+
+
+def test_on_a_slice_only_the_host_that_writes_outputs_profiles():
+    from trainer.profiling import ProfileWindow
+
+    # Another host of a slice has no local TensorBoard folder (it writes no outputs).
+    assert ProfileWindow.for_run((3, 2), "gs://bucket/job/tensorboard", None, print) is None
+    # Without a job dir every host refuses alike.
+    with pytest.raises(TrainerError) as raised:
+        ProfileWindow.for_run((3, 2), None, None, print)
+    assert raised.value.exit_code == 64

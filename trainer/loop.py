@@ -26,16 +26,16 @@ class StepClock:
     """Training time, accumulated per step: throughput figures without keeping a timestamp
     per step. Time between ``stop()`` and the next ``start()`` (evaluation, checkpoints) is
     not counted; the first ``skip`` steps (they compile the graphs) are left out of the
-    steady figures. ``waited``: the part of ``seconds`` the loop spent waiting for the next
-    batch (``next_batch``)."""
+    steady figures."""
 
     skip: int = 3
     steps: int = 0
     seconds: float = 0.0
     steady_steps: int = 0
     steady_seconds: float = 0.0
-    waited: float = 0.0
     _last: Optional[float] = None
+    # The part of ``seconds`` the loop spent waiting for the next batch (``next_batch``).
+    waited: float = 0.0
 
     def next_batch(self, batches: Iterator) -> Optional[Any]:
         """The next item of ``batches`` (None at their end), the time it took counted as

@@ -85,10 +85,10 @@ def input_wait(runs: int) -> None:
             print("  " + timing_line(name, results[len(results) // 2]))
 
 
-def step_loop(against: Path, runs: int) -> None:
+def step_loop(against: Path, runs: int, paths: List[str]) -> None:
     print("step loop, this checkout / {} (MNIST, fake data, batch 8, 1,500 steps; median of "
           "{} interleaved runs each):".format(against, runs))
-    for path in ("compiled", "lazy"):
+    for path in paths:
         args = MNIST_HOST_BOUND + ["--step_mode=" + path]
         rates: Dict[str, List[float]] = {"this": [], "that": []}
         walls: Dict[str, List[float]] = {"this": [], "that": []}
@@ -111,10 +111,14 @@ def main() -> int:
     parser.add_argument("--against", type=Path, default=None,
                         help="another checkout (with its .venv's packages importable) to "
                              "compare the step loop's speed with")
+    parser.add_argument("--paths", default="compiled,lazy",
+                        help="the step paths to compare (--against)")
+    parser.add_argument("--skip_input_wait", action="store_true")
     args = parser.parse_args()
-    input_wait(args.runs)
+    if not args.skip_input_wait:
+        input_wait(args.runs)
     if args.against is not None:
-        step_loop(args.against, args.runs)
+        step_loop(args.against, args.runs, args.paths.split(","))
     return 0
 
 

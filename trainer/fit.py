@@ -143,8 +143,13 @@ class _Placement:
     sharding: Optional[xla.BatchSharding]
     stop: devices.StopVote
 
-    def loader(self, batches, steps: Steps):
-        loaded = xla.device_loader(batches, steps.device, steps.path, self.sharding)
+    def loader(self, batches, steps: Steps, loop_cuts: bool = False):
+        """``batches`` on the devices. ``loop_cuts``: the loop cuts each lazy step itself
+        before asking for the next batch (``loop.train_epoch``, so that the time it waits is
+        the input's alone): the loader must then not cut again (it would on the lazy path,
+        and an empty cut still costs about a millisecond a step)."""
+        path = xla.COMPILED if loop_cuts else steps.path  # COMPILED: the loader never cuts
+        loaded = xla.device_loader(batches, steps.device, path, self.sharding)
         if self.sharding is not None and xla.collectives_need_lockstep():
             return _one_step_in_flight(loaded)
         return loaded
@@ -193,7 +198,8 @@ class _Run:
         self.counts.epoch_started()
         batches = _limited(self.data.train_batches(state.epoch, state.step_in_epoch),
                            self.steps_per_epoch - state.step_in_epoch)
-        if train_epoch(self.steps, self.placement.loader(batches, self.steps), state, hooks):
+        if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True),
+                       state, hooks):
             raise _stopped("", self.checkpoints.save_final(state, self.outputs), state)
         state.epoch += 1
         state.step_in_epoch = 0

@@ -104,7 +104,8 @@ class EpochHooks:
 def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
                 hooks: EpochHooks) -> bool:
     """Train over ``batches``; returns True when ``hooks.should_stop()`` ended the epoch
-    early."""
+    early. On the lazy path each step is cut here, before the next batch is asked for:
+    ``batches`` must not cut it too (``fit`` gives a device loader that does not)."""
     steps.model.train()
     if state.loss_total is None:
         state.loss_total = xla.device_number(0, steps.device)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 SKIMAGE = "scikit-image==0.26.0"
 # class name: the photo's file in the wheel's skimage/data/
@@ -114,6 +114,26 @@ def build(dest: Path, train: int = 24, val: int = 8, broken: bool = False, seed:
         good = sorted((dest / "train" / first).glob("*.JPEG"))[-1].read_bytes()
         (dest / "train" / first / "train_{}_broken.JPEG".format(first)).write_bytes(
             good[:len(good) // 3])
+    return dest
+
+
+def build_noise(dest: Path, train: int = 8, val: int = 2, classes: int = 2,
+                size: Tuple[int, int] = (3000, 2250), seed: int = 0) -> Path:
+    """A class-folder tree of large JPEGs of random noise (quality 90, about 6 MB at the
+    default size): the slowest images to decode per pixel, since a decoder cannot skip the
+    entropy decoding of a file, whatever size it scales it to. For input-starved runs."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", train), ("val", val)):
+        for label in range(classes):
+            folder = dest / split / "class{}".format(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            for index in range(count):
+                pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(str(folder / "{}.JPEG".format(index)), "JPEG",
+                                             quality=90)
     return dest
 
 

@@ -88,6 +88,12 @@ class DataSource:
         """Where the data comes from, for the run's log ("" when there is nothing to say)."""
         return ""
 
+    def identity(self) -> Optional[Dict[str, object]]:
+        """What identifies the training examples (e.g. a shard set's names, counts and
+        checksums), recorded in checkpoints and compared on resume: a resume on other
+        examples is refused. None: nothing to check."""
+        return None
+
 
 @dataclass
 class TensorSource(DataSource):

@@ -110,9 +110,11 @@ def _load(data: bytes) -> Any:
 
 
 def to_cpu(value: Any) -> Any:
-    """A copy of nested state (dicts, lists, tuples of tensors) with every tensor on the CPU."""
+    """A copy of nested state (dicts, lists, tuples of tensors) with every tensor on the CPU;
+    a copy even of tensors that were there already, since a background write reads it while
+    training goes on."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
+        return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
         return {key: to_cpu(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

@@ -48,6 +48,9 @@ class TrainConfig:
     seed: int = 1
     job_dir: Optional[str] = None
     checkpoint_steps: int = 0
+    checkpoint_epochs: int = 1
+    eval_every_epochs: int = 1
+    profile_steps: str = ""
     keep_checkpoints: int = 3
     hypertune_metric: str = "accuracy"
     model: str = "resnet50"
@@ -77,7 +80,7 @@ class TrainConfig:
                     name, getattr(self, name)), "e.g. --{}={}".format(
                     name, getattr(TrainConfig, name)))
         non_negative = ("lr", "lr_batch", "momentum", "weight_decay", "warmup_epochs", "log_steps",
-                        "num_steps", "checkpoint_steps", "eval_batch_size")
+                        "num_steps", "checkpoint_steps", "checkpoint_epochs", "eval_batch_size")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
@@ -109,6 +112,11 @@ class TrainConfig:
                 "bf16 runs the forward pass in bfloat16 (fast on TPUs); fp32 runs all in "
                 "float32")
         parse_devices(self.devices)
+        parse_profile_steps(self.profile_steps)
+        if self.eval_every_epochs <= 0:
+            raise TrainerError("--eval_every_epochs must be positive, got {}".format(
+                self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "
+                "always evaluated)")
         if not self.fake_data and not self.data_dir:
             raise TrainerError("no input data: --data_dir is not set",
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
@@ -125,6 +133,20 @@ def parse_devices(text: str) -> Optional[int]:
     raise TrainerError("--devices must be auto or a positive number of devices, got {!r}"
                        .format(text), "--devices=auto uses every device the runtime sees; "
                        "--devices=1 trains on one", EX_USAGE)
+
+
+def parse_profile_steps(text: str) -> Optional[Tuple[int, int]]:
+    """The ``--profile_steps`` value: None when empty, else (first step, step count), both
+    positive; anything else is a usage error naming the flag."""
+    if not str(text).strip():
+        return None
+    parts = str(text).replace(" ", "").split(",")
+    if (len(parts) == 2 and all(part.isdigit() and part.isascii() for part in parts)
+            and all(0 < int(part) <= MAX_COUNT for part in parts)):
+        return int(parts[0]), int(parts[1])
+    raise TrainerError("--profile_steps must be FIRST,COUNT (two positive step numbers), got "
+                       "{!r}".format(text), "e.g. --profile_steps=10,5 captures steps 10 to 14 "
+                       "(after compilation)", EX_USAGE)
 
 
 def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
@@ -153,7 +175,13 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "seed": "random seed (model init, data order)",
         "job_dir": "folder or gs:// URI for checkpoints, metrics, TensorBoard, model; "
                    "default: Vertex AI's AIP_* directories",
-        "checkpoint_steps": "also checkpoint every N steps (0: at the end of each epoch only)",
+        "checkpoint_steps": "also checkpoint every N steps (0: at epoch ends only)",
+        "checkpoint_epochs": "checkpoint at the end of every N-th epoch and the last (0: only "
+                             "the last); written in the background",
+        "eval_every_epochs": "evaluate after every N-th epoch and the last",
+        "profile_steps": "FIRST,COUNT: capture a profile of training steps FIRST to "
+                         "FIRST+COUNT-1 into JOB_DIR/tensorboard/plugins/profile/ (torch_xla "
+                         "2.x); empty: none",
         "keep_checkpoints": "how many newest checkpoints to keep",
         "hypertune_metric": "metric tag reported to hyperparameter tuning",
         "model": "torchvision model name",

@@ -22,14 +22,16 @@ from trainer import devices, stop_signal, xla
 from trainer.batches import DataSource
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, parse_profile_steps
 from trainer.errors import Preempted
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
 from trainer.optim import build_optimizer
 from trainer.outputs import OutputPaths, RunOutputs
+from trainer.profiling import ProfileWindow
+from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
 from trainer.steps import Steps
-from trainer.summary import GraphCounts, summarize
+from trainer.summary import GraphCounts, PhaseTimes, summarize
 
 log = logging.getLogger("trainer")
 
@@ -67,7 +69,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
                       config.precision)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
-                                               config.batch_size, spec.data.layout)
+                                               config.batch_size, spec.data.layout,
+                                               spec.data.identity())
         state = LoopState()
         restored_total = checkpoints.resume(state)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
@@ -84,22 +87,36 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                      config.lr, spec.data.batch_size, config.lr_batch)
                  if config.lr_batch else "--lr as given: --lr_batch=0")
         sharding = devices.batch_sharding(topology)
-        run = _Run(config, spec.data, steps, state, checkpoints, _Records(outputs, counts, cache),
+        profile = ProfileWindow.for_run(parse_profile_steps(config.profile_steps),
+                                        paths.tensorboard_dir, outputs.tensorboard_folder,
+                                        outputs.flush)
+        run = _Run(config, spec.data, steps, state, checkpoints,
+                   _Records(outputs, counts, cache, profile),
                    _Placement(sharding, devices.StopVote(topology, stop_signal.received,
                                                          sharding, dev)))
-        progress = _ProgressLog(state, spec.data.batch_size, steps_per_epoch,
-                                config.num_epochs, outputs, initial_total=restored_total)
+        progress = ProgressLog(state, spec.data.batch_size, topology.devices,
+                               steps_per_epoch * config.num_epochs, outputs.record,
+                               counts.compiled, _input_setup(config),
+                               initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
         with stop_signal.caught():
+            finished = False
             try:
                 accuracy = run.all_epochs(progress)
+                if profile is not None:
+                    profile.stop()
+                checkpoints.finish()
+                finished = True
             finally:
+                if not finished:  # failing already: that error is the one reported
+                    checkpoints.abandon()
                 outputs.flush()
                 cache.save()
         outputs.save_model(to_cpu(model.state_dict()))
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
-                            spec.data.batch_size, accuracy, counts, started, cache.report())
+                            spec.data.batch_size, accuracy, counts, started, cache.report(),
+                            PhaseTimes(run.eval_seconds, checkpoints.seconds))
         summary.update(devices=topology.devices, devices_found=topology.found,
                        processes=topology.process_count, batch_size_per_device=config.batch_size,
                        global_batch=spec.data.batch_size,
@@ -115,6 +132,7 @@ class _Records:
     outputs: RunOutputs
     counts: GraphCounts
     cache: CompileCache
+    profile: Optional[ProfileWindow] = None
 
 
 @dataclass
@@ -125,8 +143,13 @@ class _Placement:
     sharding: Optional[xla.BatchSharding]
     stop: devices.StopVote
 
-    def loader(self, batches, steps: Steps):
-        loaded = xla.device_loader(batches, steps.device, steps.path, self.sharding)
+    def loader(self, batches, steps: Steps, loop_cuts: bool = False):
+        """``batches`` on the devices. ``loop_cuts``: the loop cuts each lazy step itself
+        before asking for the next batch (``loop.train_epoch``, so that the time it waits is
+        the input's alone): the loader must then not cut again (it would on the lazy path,
+        and an empty cut still costs about a millisecond a step)."""
+        path = xla.COMPILED if loop_cuts else steps.path  # COMPILED: the loader never cuts
+        loaded = xla.device_loader(batches, steps.device, path, self.sharding)
         if self.sharding is not None and xla.collectives_need_lockstep():
             return _one_step_in_flight(loaded)
         return loaded
@@ -148,9 +171,11 @@ class _Run:
         self.config, self.data, self.steps, self.state = config, data, steps, state
         self.checkpoints, self.placement = checkpoints, placement
         self.outputs, self.counts, self.cache = records.outputs, records.counts, records.cache
+        self.profile = records.profile
         self.steps_per_epoch = _steps_per_epoch(config, data)
+        self.eval_seconds = 0.0
 
-    def all_epochs(self, progress: "_ProgressLog") -> Dict[str, float]:
+    def all_epochs(self, progress: ProgressLog) -> Dict[str, float]:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
         state, config = self.state, self.config
         if self.placement.stop.settle():  # during start-up: nothing new to checkpoint
@@ -159,6 +184,8 @@ class _Run:
         hooks = EpochHooks(config.log_steps, progress, _every(
             config.checkpoint_steps, lambda s: self.checkpoints.save(s, self.outputs)),
             self.placement.stop.should_stop)
+        if self.profile is not None:
+            hooks.step_context = self.profile.step_context
         accuracy: Dict[str, float] = {}
         while state.epoch < config.num_epochs:
             accuracy = self.epoch(hooks)
@@ -171,14 +198,20 @@ class _Run:
         self.counts.epoch_started()
         batches = _limited(self.data.train_batches(state.epoch, state.step_in_epoch),
                            self.steps_per_epoch - state.step_in_epoch)
-        if train_epoch(self.steps, self.placement.loader(batches, self.steps), state, hooks):
-            raise _stopped("", self.checkpoints.save(state, self.outputs), state)
+        if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True),
+                       state, hooks):
+            raise _stopped("", self.checkpoints.save_final(state, self.outputs), state)
         state.epoch += 1
         state.step_in_epoch = 0
+        last = state.epoch == self.config.num_epochs
         # The finished epoch is saved before it is evaluated: SIGTERM during the evaluation
-        # then costs the evaluation only.
-        self.checkpoints.save(state, self.outputs)
-        accuracy = self.evaluate_epoch()
+        # then costs the evaluation only. The write runs in the background meanwhile.
+        if last or (self.config.checkpoint_epochs
+                    and state.epoch % self.config.checkpoint_epochs == 0):
+            self.checkpoints.save(state, self.outputs)
+        accuracy: Dict[str, float] = {}
+        if last or state.epoch % self.config.eval_every_epochs == 0:
+            accuracy = self.evaluate_epoch()
         self.counts.epoch_ended()
         if len(self.counts.executions_per_epoch) == 1:
             self.cache.save()  # every graph of the run exists after its first epoch
@@ -188,43 +221,20 @@ class _Run:
         """Evaluate the model as it is after epoch ``state.epoch``, log and record it; on
         SIGTERM stop at the next batch (``Preempted``)."""
         state = self.state
+        started = time.perf_counter()
         eval_batches = _limited(self.data.eval_batches(),
                                 self.config.num_steps or self.data.eval_steps)
         accuracy = evaluate(self.steps, self.placement.loader(eval_batches, self.steps),
                             self.placement.stop.should_stop)
+        self.eval_seconds += time.perf_counter() - started
         if accuracy is None:
             self.outputs.flush()
-            store = self.checkpoints.store  # the epoch was saved before its evaluation
+            # Saved before the evaluation (in the background: waited for here), or now.
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
-                           store.uri(state.global_step) if store else None, state)
+                           self.checkpoints.save_final(state, self.outputs), state)
         _log_epoch(state, accuracy, self.outputs)
         self.outputs.flush()
         return accuracy
-
-
-class _ProgressLog:
-    """The step closure that prints progress and records metrics (runs after the step)."""
-
-    def __init__(self, state: LoopState, batch_size: int, steps_per_epoch: int,
-                 num_epochs: int, outputs: RunOutputs, initial_total: float = 0.0) -> None:
-        self.state, self.batch_size = state, batch_size
-        self.total_steps = steps_per_epoch * num_epochs
-        self.outputs = outputs
-        self.last_time = time.perf_counter()
-        self.last_step = state.global_step
-        self.last_total = initial_total  # loss_total is a running sum over the whole run
-
-    def __call__(self, step: int, loss_total: torch.Tensor) -> None:
-        now = time.perf_counter()
-        total = float(loss_total.item())  # in a step closure: the step has run already
-        steps = max(1, step - self.last_step)
-        rate = steps * self.batch_size / max(now - self.last_time, 1e-9)
-        eta = (self.total_steps - step) * self.batch_size / rate if rate > 0 else 0.0
-        loss = (total - self.last_total) / steps
-        log.info("step %d/%d  loss %.4f  %.1f examples/s  ETA %s", step, self.total_steps,
-                 loss, rate, _duration(eta))
-        self.outputs.record("train", {"loss": loss, "examples_per_second": rate}, step)
-        self.last_time, self.last_step, self.last_total = now, step, total
 
 
 def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preempted:
@@ -246,6 +256,12 @@ def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:
     return min(data.steps_per_epoch, config.num_steps or data.steps_per_epoch)
 
 
+def _input_setup(config: TrainConfig) -> InputSetup:
+    from trainer.data.workers import host_cores, resolve_workers
+
+    return InputSetup(config.fake_data, resolve_workers(config.num_workers), host_cores())
+
+
 def _every(steps: int, action: Callable[[LoopState], Any]) -> Optional[Callable[[LoopState],
                                                                                  None]]:
     if not steps:
@@ -264,7 +280,3 @@ def _limited(batches, count: int):
             return
         yield batch
 
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return "{}:{:02d}:{:02d}".format(seconds // 3600, seconds // 60 % 60, seconds % 60)

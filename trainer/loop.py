@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Optional
+from typing import Any, Callable, ContextManager, Dict, Iterable, Iterator, Optional
 
 import torch
 
@@ -33,6 +34,16 @@ class StepClock:
     steady_steps: int = 0
     steady_seconds: float = 0.0
     _last: Optional[float] = None
+    # The part of ``seconds`` the loop spent waiting for the next batch (``next_batch``).
+    waited: float = 0.0
+
+    def next_batch(self, batches: Iterator) -> Optional[Any]:
+        """The next item of ``batches`` (None at their end), the time it took counted as
+        waiting for input."""
+        started = time.perf_counter()
+        batch = next(batches, None)
+        self.waited += time.perf_counter() - started
+        return batch
 
     def start(self) -> None:
         self._last = time.perf_counter()
@@ -85,18 +96,34 @@ class EpochHooks:
     on_log: Optional[Callable[[int, torch.Tensor], None]] = None
     on_step: Optional[Callable[[LoopState], None]] = None
     should_stop: Callable[[], bool] = lambda: False
+    # The context each step runs in, given its global step (``profiling``: the profiler's
+    # step annotation while a profile is captured).
+    step_context: Callable[[int], ContextManager] = lambda step: contextlib.nullcontext()
 
 
 def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
                 hooks: EpochHooks) -> bool:
     """Train over ``batches``; returns True when ``hooks.should_stop()`` ended the epoch
-    early."""
+    early. On the lazy path each step is cut here, before the next batch is asked for:
+    ``batches`` must not cut it too (``fit`` gives a device loader that does not)."""
     steps.model.train()
     if state.loss_total is None:
         state.loss_total = xla.device_number(0, steps.device)
     state.clock.start()
-    for x, y in batches:
-        state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
+    loaded = iter(batches)
+    while True:
+        if steps.path == xla.LAZY:
+            # Cut the step before asking for the next batch, as the loader would on asking:
+            # the time waited for the batch is then the input's alone.
+            xla.sync()
+        batch = state.clock.next_batch(loaded)
+        if batch is None:
+            break
+        x, y = batch
+        # No graph may be cut inside the context (a profile's step annotation cuts it at its
+        # end), so the progress closure's sync comes after it.
+        with hooks.step_context(state.global_step):
+            state.loss_total = steps.train(state.global_step, x, y, state.loss_total)
         state.step_in_epoch += 1
         state.global_step += 1
         state.clock.tick()

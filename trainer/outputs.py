@@ -160,6 +160,12 @@ class RunOutputs:
                 handle.write(content)
         return path
 
+    @property
+    def tensorboard_folder(self) -> Optional[str]:
+        """The local folder TensorBoard files are written to before ``flush`` makes them
+        durable (the job dir's own folder when it is local); None when none are written."""
+        return self._tensorboard_local if self._writer is not None else None
+
     def record(self, kind: str, values: Dict[str, Any], step: int) -> None:
         """One metrics line ({"kind", "step", ...values}) and TensorBoard scalars."""
         if self._metrics_path is not None:

@@ -11,11 +11,13 @@ the process that writes outputs writes checkpoints; every process reads them."""
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from trainer import xla
+from trainer.checkpoint_writer import BackgroundWriter
 from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
 from trainer.devices import ONE_DEVICE, Topology
 from trainer.errors import EX_USAGE, DataError, TrainerError
@@ -33,24 +35,31 @@ class RunCheckpoints:
 
     def __init__(self, store: Optional[CheckpointStore], steps: Steps,
                  topology: Topology = ONE_DEVICE, batch_size: int = 0,
-                 data_layout: Optional[Dict[str, int]] = None) -> None:
+                 data_layout: Optional[Dict[str, int]] = None,
+                 data_identity: Optional[Dict[str, Any]] = None) -> None:
         self.store, self.steps = store, steps
         self.topology, self.batch_size = topology, batch_size
         self.global_batch = topology.global_batch(batch_size)
         self.data_layout = data_layout
+        self.data_identity = data_identity
+        self.writer = BackgroundWriter()
+        self.saved_step = -1  # the step of the last checkpoint handed to the writer
+        self.seconds = 0.0  # spent on the loop's path: copies to the host, waits for writes
 
     @classmethod
     def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps,
                   topology: Topology = ONE_DEVICE, batch_size: int = 0,
-                  data_layout: Optional[Dict[str, int]] = None) -> "RunCheckpoints":
+                  data_layout: Optional[Dict[str, int]] = None,
+                  data_identity: Optional[Dict[str, Any]] = None) -> "RunCheckpoints":
         """``data_layout``: what besides the seed and the global batch the data order
-        depends on (``DataSource.layout``), checked on resume."""
+        depends on (``DataSource.layout``); ``data_identity``: which examples the training
+        split holds (``DataSource.identity()``); both checked on resume."""
         directory = checkpoint_directory(paths)
         if directory is None:
             log.warning("no --job_dir (nor AIP_CHECKPOINT_DIR): checkpoints are not written")
-            return cls(None, steps, topology, batch_size, data_layout)
+            return cls(None, steps, topology, batch_size, data_layout, data_identity)
         store = CheckpointStore(directory, keep=keep, writes=topology.writes_outputs)
-        return cls(store, steps, topology, batch_size, data_layout)
+        return cls(store, steps, topology, batch_size, data_layout, data_identity)
 
     def resume(self, state: LoopState) -> float:
         """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
@@ -67,6 +76,7 @@ class RunCheckpoints:
                 "use a new --job_dir for this model, or move the old checkpoints away")
         self._check_global_batch(saved.get("global_batch"), self.store.uri(step))
         self._check_data_layout(saved.get("data_layout"), self.store.uri(step))
+        self._check_data_identity(saved.get("data_identity"), self.store.uri(step))
         self.steps.model.load_state_dict(saved["model"])
         # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])
@@ -112,32 +122,87 @@ class RunCheckpoints:
             "setting that is no flag came from the version that wrote the checkpoint); or "
             "start over with a new --job_dir".format(_layout(saved, changed)), EX_USAGE)
 
-    def save(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
-        """Checkpoint the run at ``state`` and flush ``outputs`` with it, so the metrics up to
-        this step are durable together with the checkpoint; returns where it went. Every
-        process of a slice calls it at the same step; only the writer writes."""
+    def _check_data_identity(self, saved: Optional[Dict[str, Any]], uri: str) -> None:
+        """A data error (65) when the checkpoint's run trained on other examples than this
+        run's data holds (a shard set re-made, another folder): resuming would train some
+        examples twice and others never, silently. Checkpoints without an identity (older
+        ones, sources with none) are not checked."""
+        if not saved or not self.data_identity or saved == self.data_identity:
+            return
+        raise DataError(
+            "checkpoint {} was trained on {}; --data_dir holds {}".format(
+                uri, _identity(saved), _identity(self.data_identity)),
+            "resume with the --data_dir the run started with (the same shard files), or "
+            "start over with a new --job_dir")
+
+    def save(self, state: LoopState, outputs: RunOutputs, wait: bool = False
+             ) -> Optional[str]:
+        """Checkpoint the run at ``state``; returns where it goes. The loop waits only for the
+        state to reach host memory (and for the write before, if it is still going): the
+        write itself runs in the background (``checkpoint_writer``), unless ``wait`` (SIGTERM:
+        the run stops once it is durable). ``outputs`` are flushed with it, so the metrics up
+        to this step are durable too. Every process of a slice calls it at the same step; only
+        the writer writes."""
         if self.store is None:
             return None
+        started = time.perf_counter()
         xla.sync()  # cut the step graph as the loader would, so the reads below compile nothing
-        if not self.topology.writes_outputs:
+        uri = self.store.uri(state.global_step)
+        if self.topology.writes_outputs:
+            steps = self.steps
+            steps.learning_rate.set(state.global_step)  # the compiled path computes it in-graph
+            snapshot = {
+                "model": to_cpu(steps.model.state_dict()),
+                "optimizer": to_cpu(steps.optimizer.state_dict()),
+                "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
+                "step": state.global_step, "loss_total": _total(state),
+                "global_batch": self.global_batch or None,
+                "data_layout": self.data_layout,
+                "data_identity": self.data_identity,
+                "torch_rng": torch.get_rng_state()}
+            outputs.flush()
+            step = state.global_step  # the thread must not read ``state``: training goes on
+            self.writer.submit(lambda: self._write(step, snapshot), uri)
+            if wait:
+                self.writer.wait()
+        self.saved_step = state.global_step
+        self.seconds += time.perf_counter() - started
+        return uri
+
+    def save_final(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
+        """The checkpoint of ``state``, durable when this returns (SIGTERM): the one already
+        saved at this step once its write has finished, else a new one written now."""
+        if self.store is not None and self.saved_step == state.global_step:
+            started = time.perf_counter()
+            self.writer.wait()
+            self.seconds += time.perf_counter() - started
             return self.store.uri(state.global_step)
-        steps = self.steps
-        steps.learning_rate.set(state.global_step)  # the compiled path computes it in its graph
-        path = self.store.save(state.global_step, {
-            "model": to_cpu(steps.model.state_dict()),
-            "optimizer": to_cpu(steps.optimizer.state_dict()),
-            "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
-            "step": state.global_step, "loss_total": _total(state),
-            "global_batch": self.global_batch or None,
-            "data_layout": self.data_layout,
-            "torch_rng": torch.get_rng_state()})
-        outputs.flush()
-        log.info("checkpoint %s", path)
-        return path
+        return self.save(state, outputs, wait=True)
+
+    def finish(self) -> None:
+        """Wait for the write in flight; its error, if it failed, is raised here."""
+        started = time.perf_counter()
+        self.writer.wait()
+        self.seconds += time.perf_counter() - started
+
+    def abandon(self) -> None:
+        """For a run ending on another error: let the write in flight finish (a kill during it
+        would cost the checkpoint, never the one before), and only warn if it failed."""
+        problem = self.writer.drain()
+        if problem:
+            log.warning("%s", problem)
+
+    def _write(self, step: int, snapshot: Dict[str, Any]) -> None:
+        log.info("checkpoint %s", self.store.save(step, snapshot))
 
 
 def _layout(layout: Dict[str, int], names: List[str]) -> str:
     return " ".join("{}={}".format(name, layout.get(name)) for name in names)
+
+
+def _identity(identity: Dict[str, Any]) -> str:
+    return "{} training examples in {} shards (digest {})".format(
+        identity.get("examples"), identity.get("shards"), identity.get("digest"))
 
 
 def _total(state: LoopState) -> float:

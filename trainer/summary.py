@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from trainer import xla
@@ -20,6 +21,7 @@ class GraphCounts:
 
     def __init__(self) -> None:
         self._compiles_at_start = xla.compile_count()
+        self._compile_seconds_at_start = xla.compile_seconds()
         self._executions_at_epoch_start = xla.execute_count()
         self.compiles_after_each_epoch: List[int] = []
         self.executions_per_epoch: List[int] = []
@@ -34,11 +36,26 @@ class GraphCounts:
     def compiled(self) -> int:
         return xla.compile_count() - self._compiles_at_start
 
+    def compile_seconds(self) -> float:
+        return xla.compile_seconds() - self._compile_seconds_at_start
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds the run spent outside training steps: evaluating, and checkpointing on the
+    loop's path (copying the state to the host, waiting for the write before)."""
+
+    evaluation: float = 0.0
+    checkpoints: float = 0.0
+
 
 def summarize(name: str, device_kind: str, step_path: str, state: LoopState, batch_size: int,
               accuracy: Dict[str, float], counts: GraphCounts, started: float,
-              compile_cache: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The summary of a finished run, logged in one line."""
+              compile_cache: Optional[Dict[str, Any]] = None,
+              phases: PhaseTimes = PhaseTimes()) -> Dict[str, Any]:
+    """The summary of a finished run, logged in one line. ``input_wait`` is the share of the
+    training time (the steps' wall time) the loop spent waiting for the next batch."""
+    clock = state.clock
     summary = {
         "trainer": name,
         "device": device_kind,
@@ -54,10 +71,18 @@ def summarize(name: str, device_kind: str, step_path: str, state: LoopState, bat
         "executions_per_epoch": counts.executions_per_epoch,
         "compile_cache": compile_cache,
         "wall_time_seconds": time.time() - started,
+        "training_seconds": clock.seconds,
+        "input_wait": min(1.0, clock.waited / clock.seconds) if clock.seconds > 0 else 0.0,
+        "evaluation_seconds": phases.evaluation,
+        "checkpoint_seconds": phases.checkpoints,
+        "compile_seconds": counts.compile_seconds(),
     }
-    log.info("done: accuracy %s, %.1f examples/s steady, %d graphs compiled (%s steps)",
-             _percent(summary["final_accuracy"]), summary["steady_examples_per_second"],
-             summary["compile_count"], step_path)
+    log.info("done: accuracy %s, %.1f examples/s steady, %d graphs compiled (%s steps); "
+             "input wait %.0f%% of %.1f s training, %.1f s evaluating, %.1f s "
+             "checkpointing, %.1f s compiling", _percent(summary["final_accuracy"]),
+             summary["steady_examples_per_second"], summary["compile_count"], step_path,
+             100 * summary["input_wait"], clock.seconds, phases.evaluation,
+             phases.checkpoints, summary["compile_seconds"])
     return summary
 
 

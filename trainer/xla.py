@@ -111,6 +111,13 @@ def compile_count() -> int:
     return int(data[0]) if data else 0
 
 
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling graphs (torch_xla's ``CompileTime``
+    accumulator, in nanoseconds)."""
+    data = met.metric_data("CompileTime")
+    return float(data[1]) / 1e9 if data else 0.0
+
+
 def execute_count() -> int:
     """Graph executions on the device so far (an SPMD execution runs on every device at once
     and counts once)."""
@@ -327,3 +334,38 @@ class BatchSharding:
         """One host tensor onto ``dev``, sharded like a batch."""
         return torch_xla._XLAC._xla_tensors_from_aten([tensor], [str(dev)],
                                                      [self.xla_spec(tensor)])[0]
+
+
+# --- the profiler (``trainer.profiling`` decides when) --------------------------------------
+
+def profiler_available() -> bool:
+    """Whether this torch_xla captures a profile of its own process into a folder
+    (``start_trace``/``stop_trace``: torch_xla 2.x). torch_xla 1.11 only serves profiles to
+    a client over a port (``start_server`` + ``trace``), a capture this trainer does not
+    drive."""
+    import torch_xla.debug.profiler as xp
+
+    return hasattr(xp, "start_trace") and hasattr(xp, "stop_trace")
+
+
+def start_profile(folder: str) -> None:
+    """Start capturing host and device activity; ``stop_profile`` writes it under
+    ``folder/plugins/profile/RUN/`` (``HOST.xplane.pb``), where TensorBoard's profile
+    plugin and xprof look."""
+    import torch_xla.debug.profiler as xp
+
+    xp.start_trace(folder)
+
+
+def stop_profile() -> None:
+    import torch_xla.debug.profiler as xp
+
+    xp.stop_trace()
+
+
+def step_annotation(step: int) -> Any:
+    """The context of training step ``step`` in a profile (``StepTrace``: the profile tools
+    find steps by it, and it cuts the graph at its end)."""
+    import torch_xla.debug.profiler as xp
+
+    return xp.StepTrace("train_step", step_num=step)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import array
 import base64
+import hashlib
 import io
 import itertools
 import json
@@ -186,3 +187,15 @@ class ShardIndex:
             raise DataError("{} is not a shard index: {}".format(where, error),
                             "point --data_dir at a folder written by "
                             "python -m trainer.data.make_shards")
+
+
+def split_identity(index: ShardIndex, split: str) -> Dict[str, object]:
+    """What identifies the examples of ``split``, for a checkpoint to record: its shard count,
+    example count, and a digest of every shard's name, count and example checksums (the same
+    images re-made with another ``make_shards --seed`` land in other shards: another digest)."""
+    digest = hashlib.sha256()
+    for shard in index.entries(split):
+        digest.update("{}\0{}\0".format(shard.name, shard.count).encode())
+        digest.update(shard.crcs)
+    return {"shards": len(index.entries(split)), "examples": index.examples(split),
+            "digest": digest.hexdigest()[:16]}

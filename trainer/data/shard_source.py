@@ -21,7 +21,7 @@ need (``trainer.data.shared_memory``), and the plan's figures are logged
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -29,7 +29,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from trainer import storage
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, pad_batch
 from trainer.data import epoch_order, images, loader, plan, shared_memory
-from trainer.data.shard_index import INDEX_NAME, ShardIndex
+from trainer.data.shard_index import INDEX_NAME, ShardIndex, split_identity
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
 
@@ -86,6 +86,9 @@ class ShardSource(DataSource):
         return "{} shards ({} train, {} val examples), {} data worker(s) per host".format(
             self.root.uri, self.index.examples("train"), self.index.examples("val"),
             self.workers)
+
+    def identity(self) -> Dict[str, object]:
+        return split_identity(self.index, "train")
 
     def plan_lines(self) -> List[str]:
         return plan.plan_lines(self.plan)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
-from trainer.data.shard_index import Shard, ShardIndex
+from trainer.data.shard_index import Shard, ShardIndex, split_identity
 from trainer.data.tar_members import read_samples, tar_bytes
 from trainer.errors import DataError
 
@@ -104,3 +104,22 @@ def test_a_version_1_index_names_the_command_that_upgrades_it():
     assert "format version 1; this trainer reads version 2" in raised.value.message
     assert raised.value.hint.startswith(
         "python -m trainer.data.reindex --data_dir=gs://b/shards adds that")
+
+
+def test_the_split_identity_changes_with_the_examples_in_each_shard_only():
+    members = [("k{}.jpg".format(i), bytes([i]) * 50) for i in range(6)]
+
+    def index(order):
+        shards = [Shard.of_bytes("train-{:06d}.tar".format(n), shard_of(
+            [members[i] for i in order[n * 3:(n + 1) * 3]])) for n in range(2)]
+        return ShardIndex(["a"], {"train": shards, "val": []})
+
+    made = index([0, 1, 2, 3, 4, 5])
+    identity = split_identity(made, "train")
+    assert identity["shards"] == 2 and identity["examples"] == 6
+    # The same set, read back from its index.json: the same identity.
+    assert split_identity(ShardIndex.from_json(made.to_json(), "index.json"),
+                          "train") == identity
+    # The same images shuffled into the shards otherwise (make_shards --seed): another one.
+    remade = split_identity(index([3, 1, 2, 0, 4, 5]), "train")
+    assert remade["examples"] == 6 and remade["digest"] != identity["digest"]

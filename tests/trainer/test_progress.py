@@ -1,0 +1,93 @@
+"""trainer.progress: each progress line says where the time went (step time, input wait,
+examples/s per device, graphs); an input-starved run says ``input-bound`` with the fix that
+applies, a --fake_data run never does; summary.json carries input_wait and the seconds spent
+evaluating, checkpointing and compiling.
+
+The starved run is real: the ImageNet trainer with one data worker decoding 3,000 x 2,250 px
+JPEGs of noise (about 60 ms each here: a decoder cannot skip the entropy decoding of a large
+file, whatever size it scales to) for a resnet18 at 16 px, batch 4, whose steps take less."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, clean_environ
+from trainer.progress import InputSetup, input_bound_advice
+
+
+@pytest.mark.parametrize("setup, fix", [
+    (InputSetup(False, 0, 8), "--num_workers=-1 (one per core but one; this host has 8 cores)"),
+    (InputSetup(False, 2, 8), "--num_workers=7 (now 2; this host has 8 cores), with /dev/shm"),
+    (InputSetup(False, 7, 8), "all 8 cores of this host decode already (7 data workers): a host "
+                              "with more cores, or smaller images"),
+])
+def test_the_advice_names_the_fix_that_applies_on_this_host(setup, fix):
+    line = input_bound_advice(0.345, 20, setup)
+    assert line.startswith("input-bound: the loop waited 34% of the last 20 steps for the "
+                           "next batch; ")
+    assert fix in line
+
+
+@pytest.fixture(scope="module")
+def large_image_shards(tmp_path_factory):
+    """2 classes x 8 training and 2 validation JPEGs of noise, 3,000 x 2,250 px, as shards."""
+    import photos
+    from trainer.data.make_shards import convert
+
+    root = photos.build_noise(tmp_path_factory.mktemp("large-images"))
+    dest = tmp_path_factory.mktemp("large-image-shards")
+    convert(str(root), str(dest), shard_size=8, workers=1)
+    return dest
+
+
+def run_trainer(module, *args):
+    result = subprocess.run([sys.executable, "-m", module] + list(args), cwd=str(REPO),
+                            env=clean_environ(PJRT_DEVICE="CPU"), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+PROGRESS = re.compile(r"step (\d+)/(\d+)  loss \S+  ([\d.]+) ms/step  input wait (\d+)%  "
+                      r"([\d.]+) examples/s \(([\d.]+) per device\)  (\d+) graphs  ETA ")
+
+
+def summary_in_range(job):
+    summary = json.loads((job / "summary.json").read_text())
+    assert 0.0 <= summary["input_wait"] <= 1.0
+    assert 0 < summary["training_seconds"] <= summary["wall_time_seconds"]
+    for name in ("evaluation_seconds", "checkpoint_seconds", "compile_seconds"):
+        assert 0 < summary[name] < summary["wall_time_seconds"], name
+    return summary
+
+
+def test_a_starved_run_says_input_bound_with_its_fix(large_image_shards, tmp_path):
+    job = tmp_path / "job"
+    out = run_trainer("trainer.imagenet", "--data_dir=" + str(large_image_shards),
+                      "--num_workers=1", "--model=resnet18", "--image_size=16",
+                      "--batch_size=4", "--num_epochs=3", "--warmup_epochs=0", "--log_steps=2",
+                      "--job_dir=" + str(job))
+    [advice] = [line for line in out.splitlines() if "input-bound" in line]  # once a run
+    assert re.search(r"input-bound: the loop waited \d+% of the last 2 steps for the next "
+                     r"batch; ", advice), advice
+    assert "--num_workers=" in advice or "cores of this host decode already" in advice
+    lines = [PROGRESS.search(line) for line in out.splitlines() if " ms/step " in line]
+    assert lines and all(lines), out
+    assert summary_in_range(job)["input_wait"] > 0.10
+    records = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    train = [record for record in records if record["kind"] == "train"]
+    assert {"step_seconds", "input_wait", "examples_per_second_per_device",
+            "graphs_compiled"} <= set(train[0])
+
+
+def test_a_fake_data_run_is_never_input_bound(tmp_path):
+    job = tmp_path / "job"
+    out = run_trainer("trainer.mnist", "--fake_data", "--num_epochs=2", "--num_steps=20",
+                      "--log_steps=1", "--job_dir=" + str(job))
+    assert "input-bound" not in out
+    progress = [PROGRESS.search(line) for line in out.splitlines() if " ms/step " in line]
+    assert len(progress) == 40 and all(progress)
+    assert int(progress[-1].group(7)) == summary_in_range(job)["compile_count"]

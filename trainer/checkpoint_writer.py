@@ -1,0 +1,77 @@
+"""``BackgroundWriter``: checkpoints serialised and uploaded off the training loop's path.
+
+The loop copies the state to host memory (``checkpoints.to_cpu``) and hands the write to this
+writer, which runs it in a thread of its own; training goes on meanwhile. At most one write is
+in flight: handing over the next one first waits for the one before, so host memory holds at
+most two copies of the state and checkpoints land in step order.
+
+A failed write never prints a thread's traceback: its error is kept and raised in the
+training thread at the next ``submit`` or ``wait`` (a ``TrainerError`` as it is, anything else
+as a ``StorageError``, exit 74), where ``main`` turns it into one line and an exit code. A
+``kill -9`` during a write leaves the previous checkpoint whole: ``CheckpointStore`` writes
+atomically (a local rename, a GCS object that appears only when its upload completes).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Optional
+
+from trainer.errors import StorageError, TrainerError
+
+
+class BackgroundWriter:
+    """One write at a time in a background thread; ``waited_seconds`` is how long the caller
+    was held up waiting for a write before it (the part of checkpointing on the critical
+    path besides copying the state to the host)."""
+
+    def __init__(self) -> None:
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self._what = ""
+        self.waited_seconds = 0.0
+
+    def submit(self, write: Callable[[], None], what: str) -> None:
+        """Run ``write()`` in the background once the write before it has finished; ``what``
+        (e.g. the checkpoint's URI) names it in an error message."""
+        self.wait()
+        self._what = what
+        self._thread = threading.Thread(target=self._run, args=(write,),
+                                         name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Block until the write in flight (if any) has finished; raise its error, if it
+        failed."""
+        if self._thread is not None:
+            started = time.perf_counter()
+            self._thread.join()
+            self.waited_seconds += time.perf_counter() - started
+            self._thread = None
+        error, self._error = self._error, None
+        if error is None:
+            return
+        if isinstance(error, TrainerError):
+            raise error
+        raise StorageError("writing checkpoint {} failed: {}: {}".format(
+            self._what, type(error).__name__, error),
+            "check the job dir (free space, permissions); the previous checkpoint is intact")
+
+    def drain(self) -> Optional[str]:
+        """``wait()`` for a run that is failing already: its own error is the one reported, so
+        a failed write is returned as a phrase (for a warning) instead of raised."""
+        try:
+            self.wait()
+        except TrainerError as error:
+            return error.message
+        return None
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as error:  # raised in the training thread by wait()
+            self._error = error

@@ -1,0 +1,103 @@
+"""The progress line of every ``--log_steps`` window: where the time of those steps went.
+
+Each line gives the loss, the step time, the share of it the loop waited for the next batch
+(``input wait``), examples/s (and per device), the graphs compiled so far and the ETA;
+TensorBoard and ``metrics.jsonl`` get the same figures (``train/...``). When the loop waited
+more than ``INPUT_BOUND_SHARE`` of a window, one line containing ``input-bound`` says which
+fix applies on this host (``input_bound_advice``); never on ``--fake_data``, whose one
+batch is always ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from trainer.loop import LoopState
+
+log = logging.getLogger("trainer")
+
+# The share of a window's time spent waiting for batches above which the run is input-bound.
+INPUT_BOUND_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class InputSetup:
+    """What decides the advice of an input-bound run: whether the data is fake (never
+    input-bound), the data workers (0: decoding in the training process) and the host's
+    cores."""
+
+    fake: bool
+    workers: int
+    cores: int
+
+
+def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
+    """The ``input-bound`` line for a window of ``steps`` steps that waited ``share`` of its
+    time for batches: the fix that applies first on this host."""
+    if setup.workers <= 0:
+        fix = ("decode in worker processes: --num_workers=-1 (one per core but one; this "
+               "host has {} cores)".format(setup.cores))
+    elif setup.workers < setup.cores - 1:
+        fix = ("more data workers: --num_workers={} (now {}; this host has {} cores), with "
+               "/dev/shm to match (docker run --shm-size; python -m trainer.data.plan shows "
+               "the size)".format(setup.cores - 1, setup.workers, setup.cores))
+    else:
+        fix = ("all {} cores of this host decode already ({} data workers): a host with more "
+               "cores, or smaller images (resize them before make_shards; decoding time "
+               "grows with the pixels)".format(setup.cores, setup.workers))
+    return ("input-bound: the loop waited {:.0%} of the last {} steps for the next batch; "
+            "{}".format(share, steps, fix))
+
+
+class ProgressLog:
+    """The step closure that logs progress and records its figures (runs after the step).
+    ``compiled()``: graphs compiled by this run so far."""
+
+    def __init__(self, state: LoopState, batch_size: int, devices: int, total_steps: int,
+                 record: Callable[[str, dict, int], None], compiled: Callable[[], int],
+                 setup: InputSetup, initial_total: float = 0.0) -> None:
+        self.state, self.batch_size, self.devices = state, batch_size, max(1, devices)
+        self.total_steps = total_steps
+        self.record, self.compiled, self.setup = record, compiled, setup
+        self.last_step = state.global_step
+        self.last_total = initial_total  # loss_total is a running sum over the whole run
+        self.last_seconds, self.last_waited = state.clock.seconds, state.clock.waited
+        self.last_time = time.perf_counter()
+        self.advised = False
+
+    def __call__(self, step: int, loss_total: torch.Tensor) -> None:
+        total = float(loss_total.item())  # in a step closure: the step has run already
+        clock, now = self.state.clock, time.perf_counter()
+        steps = max(1, step - self.last_step)
+        # Training time only (the clock stops for evaluations and epoch-end checkpoints);
+        # wall time where the clock has not ticked (the first closure of a resumed run).
+        seconds = clock.seconds - self.last_seconds or now - self.last_time
+        waited = min(max(clock.waited - self.last_waited, 0.0), seconds)
+        share = waited / seconds if seconds > 0 else 0.0
+        rate = steps * self.batch_size / max(seconds, 1e-9)
+        eta = (self.total_steps - step) * self.batch_size / rate if rate > 0 else 0.0
+        loss = (total - self.last_total) / steps
+        graphs = self.compiled()
+        log.info("step %d/%d  loss %.4f  %.1f ms/step  input wait %.0f%%  %.1f examples/s "
+                 "(%.1f per device)  %d graphs  ETA %s", step, self.total_steps, loss,
+                 1000 * seconds / steps, 100 * share, rate, rate / self.devices, graphs,
+                 _duration(eta))
+        self.record("train", {"loss": loss, "examples_per_second": rate,
+                              "examples_per_second_per_device": rate / self.devices,
+                              "step_seconds": seconds / steps, "input_wait": share,
+                              "graphs_compiled": graphs}, step)
+        if share > INPUT_BOUND_SHARE and not self.setup.fake and not self.advised:
+            log.info("%s", input_bound_advice(share, steps, self.setup))
+            self.advised = True  # once a run: each progress line shows the share anyway
+        self.last_step, self.last_total = step, total
+        self.last_seconds, self.last_waited, self.last_time = clock.seconds, clock.waited, now
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return "{}:{:02d}:{:02d}".format(seconds // 3600, seconds // 60 % 60, seconds % 60)

@@ -201,7 +201,6 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         if name in exclude:
             continue
         value = values[name]
-        text = "{} (default: {})".format(help_text, value)
         if isinstance(value, bool):
             define = flags.DEFINE_bool
         elif isinstance(value, int):
@@ -210,7 +209,7 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
             define = flags.DEFINE_float
         else:
             define = flags.DEFINE_string
-        define(name, value, text, flag_values=flag_values)
+        define(name, value, help_text, flag_values=flag_values)
 
 
 def config_from_flags(flag_values: Any = FLAGS) -> TrainConfig:

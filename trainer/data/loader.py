@@ -7,11 +7,19 @@ hint and exit code are lost. Here the worker hands the error over as a value ins
 error pickles whole: its hint and exit code are attributes), and the trainer's side raises it,
 after stopping the workers. Any other exception is left to torch: it is a bug, whose traceback
 is what is wanted.
+
+The workers ignore SIGTERM and SIGINT: a signal sent to the whole process group (systemd,
+``timeout``, Slurm, ``kill -- -PGID``, Ctrl-C) reaches them too, and a worker it ended would
+take the run down from inside a step with no checkpoint. Only the trainer decides when to
+stop; it ends its workers itself. The signals stay blocked from before the workers are forked
+until each has set them to be ignored, so none that arrives in between can end one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import contextlib
+import signal
+from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.dataloader import default_collate, default_convert
@@ -31,8 +39,38 @@ def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
     guarded = (_GuardedStream(dataset) if isinstance(dataset, IterableDataset)
                else _GuardedItems(dataset))
     loader = DataLoader(guarded, num_workers=num_workers, collate_fn=_guarded(collate),
+                        worker_init_fn=_deaf_to_stops(options.pop("worker_init_fn", None)),
                         **options)
-    return _raising(iter(loader))
+    with _stops_blocked():  # iter() forks the workers (and persistent ones only then)
+        return _raising(iter(loader))
+
+
+STOPS = (signal.SIGTERM, signal.SIGINT)  # the trainer's to act on, never a data worker's
+
+
+@contextlib.contextmanager
+def _stops_blocked() -> Iterator[None]:
+    """``STOPS`` blocked in this thread while inside (a worker forked here inherits the
+    mask); one that arrives meanwhile is delivered to this process on the way out."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _deaf_to_stops(then: Optional[Callable[[int], None]]) -> Callable[[int], None]:
+    """A worker_init_fn: ignore ``STOPS`` (torch installs a SIGTERM handler that ends the
+    worker), unblock them again, then ``then(worker_id)``."""
+
+    def init(worker_id: int) -> None:
+        for signum in STOPS:
+            signal.signal(signum, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        if then is not None:
+            then(worker_id)
+
+    return init
 
 
 class _Failed:

@@ -31,13 +31,11 @@ from typing import List, Optional, Sequence
 from trainer.data import epoch_order
 from trainer.data.shard_index import Shard, ShardIndex
 from trainer.data.shard_reads import RUNS_AHEAD
+from trainer.device_prefetch import LOADER_HELD_BATCHES
 from trainer.errors import EX_USAGE, DataError, TrainerError
 
 # The DataLoader's prefetch_factor: batches each worker may have built and not yet handed over.
 PREFETCH_BATCHES = 2
-# Decoded batches torch_xla's device loader (ParallelLoader, 2.x defaults) may hold on the host:
-# its queue of 16, the 8 of one transfer to the device, and one waiting to be queued.
-LOADER_HELD_BATCHES = 16 + 8 + 1
 # What a data worker process holds of its own besides the runs it reads: decoder buffers and
 # the pages it copies from the trainer it was forked from. Measured by bench/data.py (182 MB
 # at 224 px, peak), rounded up: an estimate for the host's total, not a limit.
@@ -217,7 +215,7 @@ def shape_from_flags(hosts: int, devices_per_host: int, batch_size: int, eval_ba
 def main(argv: Optional[List[str]] = None) -> int:
     from trainer import storage
     from trainer.cli import configure_logging, report
-    from trainer.data.shard_source import load_index
+    from trainer.data.shard_index import load_index
     from trainer.data.workers import auto_workers
 
     configure_logging()

@@ -186,3 +186,15 @@ class ShardIndex:
             raise DataError("{} is not a shard index: {}".format(where, error),
                             "point --data_dir at a folder written by "
                             "python -m trainer.data.make_shards")
+
+
+def load_index(root) -> ShardIndex:
+    """The index of the shard set in ``root`` (a ``storage.Directory``); a DataError (65) when
+    there is none or it is not one."""
+    try:
+        data = root.read_bytes(INDEX_NAME)
+    except FileNotFoundError:
+        raise DataError("{} has no {}".format(root.uri, INDEX_NAME),
+                        "write shards with python -m trainer.data.make_shards, or point "
+                        "--data_dir at a train/ val/ class-folder tree")
+    return ShardIndex.from_json(data, root.join(INDEX_NAME))

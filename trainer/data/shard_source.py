@@ -29,22 +29,12 @@ from torch.utils.data import IterableDataset, get_worker_info
 from trainer import storage
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, pad_batch
 from trainer.data import epoch_order, images, loader, plan, shared_memory
-from trainer.data.shard_index import INDEX_NAME, ShardIndex
+from trainer.data.shard_index import load_index
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
 
 # (example name SHARD#KEY, image bytes) -> uint8 image; a DataError names the example.
 Decode = Callable[[str, bytes], torch.Tensor]
-
-
-def load_index(root: storage.Directory) -> ShardIndex:
-    try:
-        data = root.read_bytes(INDEX_NAME)
-    except FileNotFoundError:
-        raise DataError("{} has no {}".format(root.uri, INDEX_NAME),
-                        "write shards with python -m trainer.data.make_shards, or point "
-                        "--data_dir at a train/ val/ class-folder tree")
-    return ShardIndex.from_json(data, root.join(INDEX_NAME))
 
 
 class ShardSource(DataSource):

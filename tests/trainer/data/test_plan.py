@@ -74,7 +74,7 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
                         "padding (in the last step)")
     assert lines[3].startswith("per data worker per epoch, at most: 5 runs (steps), ")
     assert lines[4].startswith("read per epoch by all hosts: ")
-    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 6.9 GB" in lines[5]
+    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 5.4 GB" in lines[5]
 
 
 @pytest.mark.parametrize("args, text", [

@@ -88,6 +88,10 @@ class DataSource:
         """Where the data comes from, for the run's log ("" when there is nothing to say)."""
         return ""
 
+    def close(self) -> None:
+        """End what loads the data (data workers that live across epochs); the run calls it
+        as it ends, however it ends. A later request starts them again."""
+
 
 @dataclass
 class TensorSource(DataSource):

@@ -8,17 +8,20 @@ error pickles whole: its hint and exit code are attributes), and the trainer's s
 after stopping the workers. Any other exception is left to torch: it is a bug, whose traceback
 is what is wanted.
 
-The workers ignore SIGTERM and SIGINT: a signal sent to the whole process group (systemd,
-``timeout``, Slurm, ``kill -- -PGID``, Ctrl-C) reaches them too, and a worker it ended would
-take the run down from inside a step with no checkpoint. Only the trainer decides when to
-stop; it ends its workers itself. The signals stay blocked from before the workers are forked
-until each has set them to be ignored, so none that arrives in between can end one.
+The workers ignore SIGINT, and SIGTERM from anyone but the trainer: a signal sent to the whole
+process group (systemd, ``timeout``, Slurm, ``kill -- -PGID``, Ctrl-C) reaches them too, and a
+worker it ended would take the run down from inside a step with no checkpoint. Only the
+trainer decides when to stop; it ends its workers itself (torch and multiprocessing do that
+with SIGTERM). The signals are blocked from before the workers are forked, so none that
+arrives before a worker has set this up can end it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
 from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -29,8 +32,9 @@ from trainer.errors import TrainerError
 
 def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
     """``iter(DataLoader(dataset, num_workers=num_workers, **options))``, except that a
-    ``TrainerError`` raised in a worker process is raised here as it was raised there. With
-    no workers the loader runs in this process and its errors need no help."""
+    ``TrainerError`` raised in a worker process is raised here as it was raised there, and
+    that its ``close()`` ends the workers at once. With no workers the loader runs in this
+    process and its errors need no help."""
     if not num_workers:
         return iter(DataLoader(dataset, num_workers=0, **options))
     batched = options.get("batch_size", 1) is not None or "batch_sampler" in options
@@ -42,7 +46,7 @@ def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
                         worker_init_fn=_deaf_to_stops(options.pop("worker_init_fn", None)),
                         **options)
     with _stops_blocked():  # iter() forks the workers (and persistent ones only then)
-        return _raising(iter(loader))
+        return _Raising(iter(loader))
 
 
 STOPS = (signal.SIGTERM, signal.SIGINT)  # the trainer's to act on, never a data worker's
@@ -60,17 +64,27 @@ def _stops_blocked() -> Iterator[None]:
 
 
 def _deaf_to_stops(then: Optional[Callable[[int], None]]) -> Callable[[int], None]:
-    """A worker_init_fn: ignore ``STOPS`` (torch installs a SIGTERM handler that ends the
-    worker), unblock them again, then ``then(worker_id)``."""
+    """A worker_init_fn: ignore SIGINT, and take SIGTERM from the parent only (torch and
+    multiprocessing end their workers with it: ignoring theirs too would hang the trainer's
+    exit); then ``then(worker_id)``. SIGTERM stays blocked, as it was forked, and a thread
+    takes each one with its sender (torch's own handler tells them apart the same way, but
+    lets any other sender end the worker)."""
 
     def init(worker_id: int) -> None:
-        for signum in STOPS:
-            signal.signal(signum, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        threading.Thread(target=_sigterm_from_parent_only, args=(os.getppid(),),
+                         name="sigterm", daemon=True).start()
         if then is not None:
             then(worker_id)
 
     return init
+
+
+def _sigterm_from_parent_only(parent: int) -> None:
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+            os._exit(0)
 
 
 class _Failed:
@@ -125,17 +139,26 @@ def _guarded(collate: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return collate_or_fail
 
 
-def _raising(batches: Iterator[Any]) -> Iterator[Any]:
-    for batch in batches:
+class _Raising:
+    """The loaded items until a ``_Failed`` one, whose error is raised instead; ``close``
+    ends the workers."""
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> "_Raising":
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self.batches)
         if isinstance(batch, _Failed):
-            error = batch.error
-            break
-        yield batch
-    else:
-        return
-    # Stop the workers now rather than when the iterator is collected: the error may end the
-    # process, and a worker left running would still be fetching and decoding.
-    shutdown = getattr(batches, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
-    raise error
+            # Stop the workers now rather than when the iterator is collected: the error may
+            # end the process, and a worker left running would still be fetching and decoding.
+            self.close()
+            raise batch.error
+        return batch
+
+    def close(self) -> None:
+        shutdown = getattr(self.batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

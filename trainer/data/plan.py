@@ -12,10 +12,12 @@ Memory per host (the trainer's own model and libraries come on top; ``bench/data
 measures the totals):
 
 - each data worker holds at most ``RUNS_AHEAD + 1`` runs' encoded bytes (the run it decodes,
-  unpacked, and the runs fetched ahead; a run is one step's local batch) plus one piece;
-- decoded batches cross from the workers to the trainer in shared memory (``/dev/shm``): up to
-  ``PREFETCH_BATCHES`` per worker, and up to ``LOADER_HELD_BATCHES`` that the device loader
-  holds until they are copied to the devices;
+  unpacked, and the runs fetched ahead; a run is one work unit of the stream, whole pieces of
+  one step's local batch) plus one piece;
+- decoded units cross from the workers to the trainer in shared memory (``/dev/shm``): up to
+  ``PREFETCH_BATCHES`` per worker, one step being put together, and up to
+  ``LOADER_HELD_BATCHES`` that the device loader holds until they are copied to the devices;
+  the same across an epoch's end and an evaluation, which the workers build ahead;
 - each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
@@ -24,6 +26,7 @@ Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
@@ -97,11 +100,14 @@ class Plan:
 
     @property
     def batches_in_flight(self) -> int:
-        """Decoded local batches alive at once on a host: those the workers built and have
-        not handed over, and those the device loader holds (without workers: the one the
-        trainer builds)."""
+        """Decoded local batches alive at once on a host, at any step and across epoch and
+        evaluation boundaries alike (the stream builds the next segment's units while one
+        ends, and ``batch_bytes`` is the larger segment's): the work units the workers built
+        and have not handed over (each at most a local batch), the step the trainer is
+        putting together from them, and those the device loader holds (without workers: the
+        one the trainer builds)."""
         workers = self.shape.workers
-        return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES if workers else 1)
+        return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES + 1 if workers else 1)
 
     @property
     def shared_memory(self) -> int:
@@ -133,7 +139,7 @@ def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 
                          max(load.largest_run for load in loads))
     eval_cut = epoch_order.Cut(index.examples("val"), shape.eval_batch, shape.hosts, True)
     eval_order = epoch_order.eval_order([shard.count for shard in val])
-    largest_eval = max(_load(val, eval_order, eval_cut, host, 0, 0).largest_run
+    largest_eval = max(_load(val, eval_order, eval_cut, host, shape.workers).largest_run
                        for host in range(shape.hosts)) if eval_cut.steps else 0
     return Plan(shape, cut.examples, len(train), index.size("train"), cut.steps,
                 sum(load.bytes for load in loads), busiest, eval_cut.examples, eval_cut.steps,
@@ -141,9 +147,16 @@ def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 
 
 
 def _load(shards: Sequence[Shard], order: epoch_order.ExampleOrder, cut: epoch_order.Cut,
-          host: int, workers: int, position: int) -> WorkerLoad:
+          host: int, workers: int, position: Optional[int] = None) -> WorkerLoad:
+    """What data worker ``position`` of ``workers`` on host ``host`` reads of one epoch (None:
+    all of them together): the stream (``trainer.data.stream``) deals the work units of the
+    epoch's steps to the workers in turn; where the deal starts moves from epoch to epoch,
+    by one unit at most for a worker's count."""
     runs = reads = total = largest = 0
-    for _, pieces in epoch_order.runs(order, cut, host, 0, workers, position):
+    every = epoch_order.units(order, cut, host, 0, max(1, workers))
+    if position is not None:
+        every = itertools.islice(every, position, None, max(1, workers))
+    for _, _, _, pieces in every:
         size = sum(shards[shard].byte_range(first, end)[1] for shard, first, end in pieces)
         runs, reads, total, largest = runs + 1, reads + len(pieces), total + size, max(largest,
                                                                                       size)
@@ -168,8 +181,8 @@ def plan_lines(plan: Plan) -> List[str]:
         "evaluation: {:,} examples in global batches of {}: {:,} steps, {:,} padding (in the "
         "last step)".format(plan.val_examples, shape.eval_batch, plan.eval_steps,
                             plan.eval_padding),
-        "per data worker per epoch, at most: {:,} runs (steps), {:,} ranged reads, {}; a run "
-        "is up to {}".format(plan.worker.runs, plan.worker.reads, _size(plan.worker.bytes),
+        "per data worker per epoch, at most: {:,} runs (work units), {:,} ranged reads, {}; a "
+        "run is up to {}".format(plan.worker.runs, plan.worker.reads, _size(plan.worker.bytes),
                              _size(plan.worker.largest_run)),
         "read per epoch by all hosts: {} of {} of training shards ({:.3f}x)".format(
             _size(plan.read_per_epoch), _size(plan.train_size),

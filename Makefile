@@ -202,7 +202,7 @@ lint: $(STAMP)
 
 ## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
-## and the ImageNet input pipeline on real photographs (bench/*.py; about 45 minutes on 2 cores). bench/spmd.py --reference-examples
+## the ImageNet input pipeline on real photographs and its epoch boundary (bench/*.py; about 55 minutes on 2 cores). bench/spmd.py --reference-examples
 ## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
@@ -211,6 +211,7 @@ bench: $(STAMP)
 	$(PY) bench/step_paths.py
 	$(PY) bench/spmd.py
 	$(PY) bench/data.py
+	$(PY) bench/epoch_boundary.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

@@ -17,10 +17,12 @@ batches; the last one is completed with padding (``ceil(N / batch)`` steps).
 **Hosts and workers.** Host ``h`` of ``H`` loads positions ``[h * L, (h + 1) * L)`` of every
 global batch (``L = batch // H``, the devices of a host being consecutive), a stretch of
 consecutive positions: a few *pieces*, one per block it touches, each a run of consecutive
-examples of one shard (one ranged read). A host's steps are dealt to its data workers in
-turn, step ``first + k`` to worker ``k % W``, each building a whole local batch. So what a step
-holds depends on the seed, the epoch and the global batch only: neither the hosts nor the
-workers change it, and a resumed run (any worker count) continues with the same examples.
+examples of one shard (one ranged read). Each of a host's steps is cut into *work units* of
+whole pieces (``units``: at most one per data worker), which ``trainer.data.stream`` deals to
+the workers in turn and puts back together in order. So what a step holds depends on the
+seed, the epoch and the global batch only: neither the hosts nor the workers change it, and
+a resumed run (any worker count) continues with the same examples. (``runs`` enumerates
+whole steps dealt to workers in turn: the tests' and benchmarks' view of an epoch.)
 """
 
 from __future__ import annotations
@@ -115,12 +117,6 @@ def dealt(first_step: int, steps: int, workers: int, position: int) -> range:
     """The steps of ``first_step`` to ``steps`` that the loader's worker ``position`` of
     ``workers`` (0: the training process itself) builds."""
     return range(first_step + position, steps, max(1, workers))
-
-
-def loader_workers(workers: int, first_step: int, steps: int) -> int:
-    """Worker processes for a loader of steps ``first_step`` to ``steps``: no more than
-    steps (a worker without one would start for nothing); 0 stays 0."""
-    return min(workers, max(1, steps - first_step))
 
 
 def runs(order: ExampleOrder, cut: Cut, host: int, first_step: int, workers: int,

@@ -135,12 +135,6 @@ def test_a_range_is_the_pieces_it_covers_cut_at_its_ends():
                                                (1, 0, 5)]
 
 
-@pytest.mark.parametrize("workers, first, steps, expected", [
-    (0, 0, 10, 0), (32, 0, 39, 32), (32, 30, 39, 9), (3, 5, 5, 1)])
-def test_a_loader_starts_no_worker_without_a_step(workers, first, steps, expected):
-    assert epoch_order.loader_workers(workers, first, steps) == expected
-
-
 @pytest.mark.parametrize("parts", [1, 2, 3, 32])
 def test_a_steps_units_are_whole_pieces_that_make_up_its_local_batch(parts):
     # ImageNet-shaped, 4 hosts, batch 512: each unit is whole pieces (no extra reads), at most

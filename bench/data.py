@@ -54,7 +54,8 @@ from gcs_fault_proxy import GcsFaultProxy  # noqa: E402
 import photos  # noqa: E402
 from trainer.data import epoch_order, images  # noqa: E402
 from trainer.data.make_shards import convert  # noqa: E402
-from trainer.data.shard_source import ShardSource, load_index  # noqa: E402
+from trainer.data.shard_index import load_index  # noqa: E402
+from trainer.data.shard_source import ShardSource  # noqa: E402
 
 SIZE = 224
 

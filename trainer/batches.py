@@ -94,6 +94,10 @@ class DataSource:
         examples is refused. None: nothing to check."""
         return None
 
+    def close(self) -> None:
+        """End what loads the data (data workers that live across epochs); the run calls it
+        as it ends, however it ends. A later request starts them again."""
+
 
 @dataclass
 class TensorSource(DataSource):

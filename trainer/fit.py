@@ -57,6 +57,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
     topology = topology or devices.detect(config.devices)
     writes = topology.writes_outputs
     with contextlib.ExitStack() as scratch:
+        scratch.callback(spec.data.close)  # its data workers live until the run ends
         # Before anything compiles.
         cache = scratch.enter_context(CompileCache.for_run(config.compile_cache, paths, writes))
         counts = GraphCounts()

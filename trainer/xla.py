@@ -8,6 +8,8 @@ Each trainer's entry module imports this module itself, before its other modules
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -17,7 +19,10 @@ import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
+from trainer.device_prefetch import DEVICE_PREFETCH_BATCHES, LOADER_PREFETCH_BATCHES
 from trainer.errors import TrainerError
+
+log = logging.getLogger("trainer")
 
 # How the training and evaluation steps run (``--step_mode``, reported in summary.json):
 # LAZY traces every op of every step and compiles the traced graph once per shape (torch_xla
@@ -68,8 +73,8 @@ def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
     graph and a sync would only add host work per step; callers ``sync()`` where step closures
     must run. With ``sharding`` (SPMD), each batch is copied once, split over the devices
     along its first dimension. An exception of ``batches`` is raised here, after the batches
-    before it."""
-    options: Dict[str, Any] = {}
+    before it. Each batch is copied as soon as it is built (``trainer.device_prefetch``)."""
+    options: Dict[str, Any] = prefetch_options()
     if path == COMPILED:
         options["batches_per_execution"] = _NEVER
     if sharding is not None:
@@ -80,6 +85,29 @@ def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
 
 
 _NEVER = 2 ** 62  # batches between the loader's syncs
+
+
+def prefetch_options(accepted: Optional[Sequence[str]] = None) -> Dict[str, int]:
+    """The device loader's queue sizes (``trainer.device_prefetch``) that this torch_xla's
+    ``ParallelLoader`` takes (``accepted``: its parameter names; default: read from it). Both
+    exist in 1.x and 2.x; should one be missing, the loader keeps its own default and the
+    log says so once."""
+    if accepted is None:
+        from torch_xla.distributed.parallel_loader import ParallelLoader
+
+        accepted = list(inspect.signature(ParallelLoader.__init__).parameters)
+    wanted = {"loader_prefetch_size": LOADER_PREFETCH_BATCHES,
+              "device_prefetch_size": DEVICE_PREFETCH_BATCHES}
+    missing = sorted(set(wanted) - set(accepted))
+    if missing and not _said_missing:
+        _said_missing.append(True)
+        log.warning("this torch_xla's device loader takes no %s: it collects its default "
+                    "number of batches before the first copy to the device",
+                    ", ".join(missing))
+    return {name: size for name, size in wanted.items() if name in accepted}
+
+
+_said_missing: List[bool] = []
 
 
 def _ending_at_error(batches: Iterable, failed: List[Exception]) -> Iterator:

@@ -257,3 +257,42 @@ def test_shards_without_their_index_are_an_interrupted_make_shards(photo_shards,
     line = one_line_error(err, 65, returncode)
     assert line.endswith("but no index.json: an interrupted make_shards (or copy)?")
     assert "make_shards with the same options" in err.splitlines()[-1]
+
+
+def children_of(pid):
+    """The processes any thread of ``pid`` started (``/proc``'s children list is per thread)."""
+    return [child for task in os.listdir("/proc/{}/task".format(pid))
+            for child in open("/proc/{}/task/{}/children".format(pid, task)).read().split()]
+
+
+def test_a_group_wide_sigterm_mid_epoch_checkpoints_and_the_epoch_resumes_exactly(
+        photo_shards, tmp_path):
+    # systemd, timeout, Slurm and `kill -- -PGID` signal the whole process group: the data
+    # workers too. They must leave the stop to the trainer (they ended with "DataLoader worker
+    # ... is killed by signal: Terminated", exit 1 and no checkpoint).
+    job = tmp_path / "job"
+    args = ["--data_dir=" + str(photo_shards), "--num_workers=2", "--job_dir=" + str(job),
+            "--model=resnet18", "--image_size=32", "--batch_size=4", "--num_epochs=1",
+            "--warmup_epochs=0", "--log_steps=1"]
+    process = subprocess.Popen([sys.executable, "-m", "trainer.imagenet"] + args,
+                               cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        wait_for_line(process, "step 3/")
+        assert len(children_of(process.pid)) >= 2, "the data workers are not running"
+        os.killpg(process.pid, signal.SIGTERM)
+        returncode, _, err = finish(process, 120)
+    finally:
+        process.kill()
+    assert returncode == 143, err
+    assert "Traceback" not in err and "DataLoader worker" not in err
+    stopped = int(re.search(r"stopped by SIGTERM at step (\d+); checkpoint", err).group(1))
+    assert 3 <= stopped < 48  # mid-epoch: 192 training photographs in batches of 4
+    returncode, out, err = finish(trainer("trainer.imagenet", *args))
+    assert returncode == 0, err
+    assert "resumed from" in out
+    # The epoch goes on at the step after the checkpoint: every step once, so (the order
+    # being arithmetic on the step) every example of the epoch once.
+    assert metric_steps(job) == list(range(1, 49))
+    assert json.loads((job / "summary.json").read_text())["global_step"] == 48

@@ -3,6 +3,7 @@ an exception of the batches (raised in torch_xla's loader thread) reaches the tr
 after the batches before it, instead of ending the data early without a word."""
 
 import os
+import threading
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 from trainer import xla  # noqa: E402
+from trainer.device_prefetch import DEVICE_PREFETCH_BATCHES, LOADER_PREFETCH_BATCHES  # noqa: E402
 from trainer.errors import DataError  # noqa: E402
 
 
@@ -32,3 +34,32 @@ def test_an_error_of_the_batches_is_raised_after_the_batches_before_it(path):
     seen = [(x.device.type, int(y.cpu()[1]))
             for x, y in xla.device_loader(batches(2), xla.device(), path)]
     assert seen == [("xla", 0), ("xla", 1)]
+
+
+def test_the_first_batch_reaches_the_device_before_the_second_is_built():
+    # torch_xla's default loader collected 8 host batches before its first copy to the
+    # device: a slow pipeline's first step waited for 8 batches instead of one.
+    first_arrived = threading.Event()
+    waited_in_vain = []
+
+    def slow_batches():
+        for number in range(3):
+            yield torch.full((2, 3), float(number)), torch.tensor([number, number])
+            if number == 0 and not first_arrived.wait(20):
+                waited_in_vain.append(True)
+
+    loaded = iter(xla.device_loader(slow_batches(), xla.device()))
+    _, y = next(loaded)
+    first_arrived.set()
+    assert int(y.cpu()[0]) == 0 and [int(y.cpu()[0]) for _, y in loaded] == [1, 2]
+    assert not waited_in_vain
+
+
+def test_a_torch_xla_without_the_prefetch_sizes_keeps_its_own_and_says_so(caplog):
+    assert xla.prefetch_options(["self", "loader", "devices", "loader_prefetch_size",
+                                 "device_prefetch_size"]) == {
+        "loader_prefetch_size": LOADER_PREFETCH_BATCHES,
+        "device_prefetch_size": DEVICE_PREFETCH_BATCHES}
+    with caplog.at_level("WARNING", logger="trainer"):
+        assert xla.prefetch_options(["self", "loader", "devices"]) == {}
+    assert "takes no device_prefetch_size, loader_prefetch_size" in caplog.text

@@ -14,5 +14,8 @@
   log of it); ``shared_memory``: the ``/dev/shm`` check before data workers start.
 - ``shard_source`` and ``folder_source``: the trainer's ``DataSource`` over shards (local or
   ``gs://``, streamed) and over a class-folder tree; ``sources`` picks one for a folder.
-- ``loader``: torch's ``DataLoader``, with the data workers' errors kept whole.
+- ``stream``: the shard source's one input stream for the whole run (data workers that start
+  once and build the evaluation and the next epoch ahead, each step in work units).
+- ``loader``: torch's ``DataLoader``, with the data workers' errors kept whole and SIGTERM /
+  SIGINT from anyone but the trainer ignored.
 """

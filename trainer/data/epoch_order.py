@@ -11,16 +11,18 @@ examples of one shard (a shard's last block may be shorter). The blocks are shuf
 random samples of their split (``make_shards`` shuffles before cutting), so a block is one
 too, and a global batch of B examples holds about B / 32 blocks from all over the split.
 
-**Evaluation.** The split's examples in shard order, cut into global batches; the last one is
-completed with padding (``ceil(N / batch)`` steps).
+**Evaluation.** The split's examples in shard order (in blocks, unshuffled), cut into global
+batches; the last one is completed with padding (``ceil(N / batch)`` steps).
 
 **Hosts and workers.** Host ``h`` of ``H`` loads positions ``[h * L, (h + 1) * L)`` of every
 global batch (``L = batch // H``, the devices of a host being consecutive), a stretch of
 consecutive positions: a few *pieces*, one per block it touches, each a run of consecutive
-examples of one shard (one ranged read). A host's steps are dealt to its data workers in
-turn, step ``first + k`` to worker ``k % W``, each building a whole local batch. So what a step
-holds depends on the seed, the epoch and the global batch only: neither the hosts nor the
-workers change it, and a resumed run (any worker count) continues with the same examples.
+examples of one shard (one ranged read). Each of a host's steps is cut into *work units* of
+whole pieces (``units``: at most one per data worker), which ``trainer.data.stream`` deals to
+the workers in turn and puts back together in order. So what a step holds depends on the
+seed, the epoch and the global batch only: neither the hosts nor the workers change it, and
+a resumed run (any worker count) continues with the same examples. (``runs`` enumerates
+whole steps dealt to workers in turn: the tests' and benchmarks' view of an epoch.)
 """
 
 from __future__ import annotations
@@ -78,9 +80,11 @@ def train_order(counts: Sequence[int], seed: int, epoch: int,
     return ExampleOrder(shuffled)
 
 
-def eval_order(counts: Sequence[int]) -> ExampleOrder:
-    """Every example in shard order (each shard one piece)."""
-    return ExampleOrder([(shard, 0, count) for shard, count in enumerate(counts) if count])
+def eval_order(counts: Sequence[int], size: int = BLOCK_EXAMPLES) -> ExampleOrder:
+    """Every example in shard order, in blocks of ``size`` as in training (the order is the
+    shards', the blocks only let a step be cut into work units that several data workers
+    build at once, and bound what one of them holds)."""
+    return ExampleOrder(blocks(counts, size))
 
 
 @dataclass(frozen=True)
@@ -115,15 +119,46 @@ def dealt(first_step: int, steps: int, workers: int, position: int) -> range:
     return range(first_step + position, steps, max(1, workers))
 
 
-def loader_workers(workers: int, first_step: int, steps: int) -> int:
-    """Worker processes for a loader of steps ``first_step`` to ``steps``: no more than
-    steps (a worker without one would start for nothing); 0 stays 0."""
-    return min(workers, max(1, steps - first_step))
-
-
 def runs(order: ExampleOrder, cut: Cut, host: int, first_step: int, workers: int,
          position: int) -> Iterator[Run]:
     """(step, pieces) of each step that worker ``position`` of host ``host`` reads, in the
     order it builds them: the one function that decides what is read."""
     for step in dealt(first_step, cut.steps, workers, position):
         yield step, order.take(*cut.host_range(step, host))
+
+
+Unit = Tuple[int, int, int, List[Piece]]  # (step, part, parts of the step, its pieces)
+
+
+def parts_of(pieces: Sequence[Piece], parts: int) -> List[List[Piece]]:
+    """``pieces`` (one host's part of a step) as at most ``parts`` groups of consecutive whole
+    pieces, about equal in examples: work units that several data workers build at once, so
+    that no step waits for one worker to decode a whole local batch. Pieces are never cut, so
+    the reads are those of the whole step. No pieces (a padded evaluation step past the end of
+    the split): one empty group."""
+    pieces = list(pieces)
+    if not pieces:
+        return [[]]
+    parts = max(1, min(parts, len(pieces)))
+    total = sum(end - first for _, first, end in pieces)
+    groups: List[List[Piece]] = [[]]
+    done = 0
+    for number, piece in enumerate(pieces):
+        behind = len(pieces) - number  # pieces left, this one included
+        if groups[-1] and len(groups) < parts and (
+                done * parts >= total * len(groups) or behind <= parts - len(groups)):
+            groups.append([])
+        groups[-1].append(piece)
+        done += piece[2] - piece[1]
+    return groups
+
+
+def units(order: ExampleOrder, cut: Cut, host: int, first_step: int,
+          parts: int) -> Iterator[Unit]:
+    """The work units of host ``host``'s steps ``first_step`` on, in order: each step's pieces
+    in at most ``parts`` groups (``parts_of``). Put together in order, a step's units are its
+    local batch, whatever ``parts`` is."""
+    for step in range(first_step, cut.steps):
+        groups = parts_of(order.take(*cut.host_range(step, host)), parts)
+        for part, pieces in enumerate(groups):
+            yield step, part, len(groups), pieces

@@ -7,11 +7,22 @@ hint and exit code are lost. Here the worker hands the error over as a value ins
 error pickles whole: its hint and exit code are attributes), and the trainer's side raises it,
 after stopping the workers. Any other exception is left to torch: it is a bug, whose traceback
 is what is wanted.
+
+The workers ignore SIGINT, and SIGTERM from anyone but the trainer: a signal sent to the whole
+process group (systemd, ``timeout``, Slurm, ``kill -- -PGID``, Ctrl-C) reaches them too, and a
+worker it ended would take the run down from inside a step with no checkpoint. Only the
+trainer decides when to stop; it ends its workers itself (torch and multiprocessing do that
+with SIGTERM). The signals are blocked from before the workers are forked, so none that
+arrives before a worker has set this up can end it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import contextlib
+import os
+import signal
+import threading
+from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.dataloader import default_collate, default_convert
@@ -21,8 +32,9 @@ from trainer.errors import TrainerError
 
 def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
     """``iter(DataLoader(dataset, num_workers=num_workers, **options))``, except that a
-    ``TrainerError`` raised in a worker process is raised here as it was raised there. With
-    no workers the loader runs in this process and its errors need no help."""
+    ``TrainerError`` raised in a worker process is raised here as it was raised there, and
+    that its ``close()`` ends the workers at once. With no workers the loader runs in this
+    process and its errors need no help."""
     if not num_workers:
         return iter(DataLoader(dataset, num_workers=0, **options))
     batched = options.get("batch_size", 1) is not None or "batch_sampler" in options
@@ -31,8 +43,48 @@ def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
     guarded = (_GuardedStream(dataset) if isinstance(dataset, IterableDataset)
                else _GuardedItems(dataset))
     loader = DataLoader(guarded, num_workers=num_workers, collate_fn=_guarded(collate),
+                        worker_init_fn=_deaf_to_stops(options.pop("worker_init_fn", None)),
                         **options)
-    return _raising(iter(loader))
+    with _stops_blocked():  # iter() forks the workers (and persistent ones only then)
+        return _Raising(iter(loader))
+
+
+STOPS = (signal.SIGTERM, signal.SIGINT)  # the trainer's to act on, never a data worker's
+
+
+@contextlib.contextmanager
+def _stops_blocked() -> Iterator[None]:
+    """``STOPS`` blocked in this thread while inside (a worker forked here inherits the
+    mask); one that arrives meanwhile is delivered to this process on the way out."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _deaf_to_stops(then: Optional[Callable[[int], None]]) -> Callable[[int], None]:
+    """A worker_init_fn: ignore SIGINT, and take SIGTERM from the parent only (torch and
+    multiprocessing end their workers with it: ignoring theirs too would hang the trainer's
+    exit); then ``then(worker_id)``. SIGTERM stays blocked, as it was forked, and a thread
+    takes each one with its sender (torch's own handler tells them apart the same way, but
+    lets any other sender end the worker)."""
+
+    def init(worker_id: int) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        threading.Thread(target=_sigterm_from_parent_only, args=(os.getppid(),),
+                         name="sigterm", daemon=True).start()
+        if then is not None:
+            then(worker_id)
+
+    return init
+
+
+def _sigterm_from_parent_only(parent: int) -> None:
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+            os._exit(0)
 
 
 class _Failed:
@@ -87,17 +139,26 @@ def _guarded(collate: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return collate_or_fail
 
 
-def _raising(batches: Iterator[Any]) -> Iterator[Any]:
-    for batch in batches:
+class _Raising:
+    """The loaded items until a ``_Failed`` one, whose error is raised instead; ``close``
+    ends the workers."""
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> "_Raising":
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self.batches)
         if isinstance(batch, _Failed):
-            error = batch.error
-            break
-        yield batch
-    else:
-        return
-    # Stop the workers now rather than when the iterator is collected: the error may end the
-    # process, and a worker left running would still be fetching and decoding.
-    shutdown = getattr(batches, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
-    raise error
+            # Stop the workers now rather than when the iterator is collected: the error may
+            # end the process, and a worker left running would still be fetching and decoding.
+            self.close()
+            raise batch.error
+        return batch
+
+    def close(self) -> None:
+        shutdown = getattr(self.batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

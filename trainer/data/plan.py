@@ -12,10 +12,12 @@ Memory per host (the trainer's own model and libraries come on top; ``bench/data
 measures the totals):
 
 - each data worker holds at most ``RUNS_AHEAD + 1`` runs' encoded bytes (the run it decodes,
-  unpacked, and the runs fetched ahead; a run is one step's local batch) plus one piece;
-- decoded batches cross from the workers to the trainer in shared memory (``/dev/shm``): up to
-  ``PREFETCH_BATCHES`` per worker, and up to ``LOADER_HELD_BATCHES`` that the device loader
-  holds until they are copied to the devices;
+  unpacked, and the runs fetched ahead; a run is one work unit of the stream, whole pieces of
+  one step's local batch) plus one piece;
+- decoded units cross from the workers to the trainer in shared memory (``/dev/shm``): up to
+  ``PREFETCH_BATCHES`` per worker, one step being put together, and up to
+  ``LOADER_HELD_BATCHES`` that the device loader holds until they are copied to the devices;
+  the same across an epoch's end and an evaluation, which the workers build ahead;
 - each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
@@ -24,6 +26,7 @@ Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
@@ -31,13 +34,11 @@ from typing import List, Optional, Sequence
 from trainer.data import epoch_order
 from trainer.data.shard_index import Shard, ShardIndex
 from trainer.data.shard_reads import RUNS_AHEAD
+from trainer.device_prefetch import LOADER_HELD_BATCHES
 from trainer.errors import EX_USAGE, DataError, TrainerError
 
 # The DataLoader's prefetch_factor: batches each worker may have built and not yet handed over.
 PREFETCH_BATCHES = 2
-# Decoded batches torch_xla's device loader (ParallelLoader, 2.x defaults) may hold on the host:
-# its queue of 16, the 8 of one transfer to the device, and one waiting to be queued.
-LOADER_HELD_BATCHES = 16 + 8 + 1
 # What a data worker process holds of its own besides the runs it reads: decoder buffers and
 # the pages it copies from the trainer it was forked from. Measured by bench/data.py (182 MB
 # at 224 px, peak), rounded up: an estimate for the host's total, not a limit.
@@ -125,10 +126,13 @@ def batch_bytes(shape: SliceShape) -> int:
 
 
 def batches_in_flight(workers: int) -> int:
-    """Decoded local batches alive at once on a host: those the workers built and have not
-    handed over, and those the device loader holds (without workers: the one the trainer
+    """Decoded local batches alive at once on a host, at any step and across epoch and
+    evaluation boundaries alike (the stream builds the next segment's units while one ends,
+    and ``batch_bytes`` is the larger segment's): the work units the workers built and have
+    not handed over (each at most a local batch), the step the trainer is putting together
+    from them, and those the device loader holds (without workers: the one the trainer
     builds)."""
-    return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES if workers else 1)
+    return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES + 1 if workers else 1)
 
 
 def shared_memory(shape: SliceShape) -> int:
@@ -148,7 +152,7 @@ def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 
                          max(load.largest_run for load in loads))
     eval_cut = epoch_order.Cut(index.examples("val"), shape.eval_batch, shape.hosts, True)
     eval_order = epoch_order.eval_order([shard.count for shard in val])
-    largest_eval = max(_load(val, eval_order, eval_cut, host, 0, 0).largest_run
+    largest_eval = max(_load(val, eval_order, eval_cut, host, shape.workers).largest_run
                        for host in range(shape.hosts)) if eval_cut.steps else 0
     return Plan(shape, cut.examples, len(train), index.size("train"), cut.steps,
                 sum(load.bytes for load in loads), busiest, eval_cut.examples, eval_cut.steps,
@@ -156,9 +160,16 @@ def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 
 
 
 def _load(shards: Sequence[Shard], order: epoch_order.ExampleOrder, cut: epoch_order.Cut,
-          host: int, workers: int, position: int) -> WorkerLoad:
+          host: int, workers: int, position: Optional[int] = None) -> WorkerLoad:
+    """What data worker ``position`` of ``workers`` on host ``host`` reads of one epoch (None:
+    all of them together): the stream (``trainer.data.stream``) deals the work units of the
+    epoch's steps to the workers in turn; where the deal starts moves from epoch to epoch,
+    by one unit at most for a worker's count."""
     runs = reads = total = largest = 0
-    for _, pieces in epoch_order.runs(order, cut, host, 0, workers, position):
+    every = epoch_order.units(order, cut, host, 0, max(1, workers))
+    if position is not None:
+        every = itertools.islice(every, position, None, max(1, workers))
+    for _, _, _, pieces in every:
         size = sum(shards[shard].byte_range(first, end)[1] for shard, first, end in pieces)
         runs, reads, total, largest = runs + 1, reads + len(pieces), total + size, max(largest,
                                                                                       size)
@@ -183,8 +194,8 @@ def plan_lines(plan: Plan) -> List[str]:
         "evaluation: {:,} examples in global batches of {}: {:,} steps, {:,} padding (in the "
         "last step)".format(plan.val_examples, shape.eval_batch, plan.eval_steps,
                             plan.eval_padding),
-        "per data worker per epoch, at most: {:,} runs (steps), {:,} ranged reads, {}; a run "
-        "is up to {}".format(plan.worker.runs, plan.worker.reads, _size(plan.worker.bytes),
+        "per data worker per epoch, at most: {:,} runs (work units), {:,} ranged reads, {}; a "
+        "run is up to {}".format(plan.worker.runs, plan.worker.reads, _size(plan.worker.bytes),
                              _size(plan.worker.largest_run)),
         "read per epoch by all hosts: {} of {} of training shards ({:.3f}x)".format(
             _size(plan.read_per_epoch), _size(plan.train_size),
@@ -230,7 +241,7 @@ def shape_from_flags(hosts: int, devices_per_host: int, batch_size: int, eval_ba
 def main(argv: Optional[List[str]] = None) -> int:
     from trainer import storage
     from trainer.cli import configure_logging, report
-    from trainer.data.shard_source import load_index
+    from trainer.data.shard_index import load_index
     from trainer.data.workers import auto_workers
 
     configure_logging()

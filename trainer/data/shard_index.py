@@ -199,3 +199,15 @@ def split_identity(index: ShardIndex, split: str) -> Dict[str, object]:
         digest.update(shard.crcs)
     return {"shards": len(index.entries(split)), "examples": index.examples(split),
             "digest": digest.hexdigest()[:16]}
+
+
+def load_index(root) -> ShardIndex:
+    """The index of the shard set in ``root`` (a ``storage.Directory``); a DataError (65) when
+    there is none or it is not one."""
+    try:
+        data = root.read_bytes(INDEX_NAME)
+    except FileNotFoundError:
+        raise DataError("{} has no {}".format(root.uri, INDEX_NAME),
+                        "write shards with python -m trainer.data.make_shards, or point "
+                        "--data_dir at a train/ val/ class-folder tree")
+    return ShardIndex.from_json(data, root.join(INDEX_NAME))

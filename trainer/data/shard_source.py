@@ -4,9 +4,11 @@
 What each step holds is ``trainer.data.epoch_order``'s: an epoch is the training split's
 blocks of consecutive examples of a shard, shuffled by (seed, epoch), cut into global
 batches (``N // global batch`` steps: every example once, fewer than one global batch left
-out); each host loads its part of every global batch, and its data workers take its steps in
-turn, each building a whole local batch from a few ranged reads (``trainer.data.shard_reads``,
-located and checked by the index's example tables). So the order depends on the seed and the
+out); each host loads its part of every global batch from a few ranged reads
+(``trainer.data.shard_reads``, located and checked by the index's example tables), built by
+its data workers as one stream for the whole run (``trainer.data.stream``: the workers start
+once, split each step into work units of whole pieces, and build the evaluation and the next
+epoch while an epoch ends). So the order depends on the seed and the
 global batch only: resuming at step ``s`` (with any worker count, on any slice with the same
 global batch) continues with the same examples, reading nothing before step ``s``.
 
@@ -21,30 +23,14 @@ need (``trainer.data.shared_memory``), and the plan's figures are logged
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, List
-
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from typing import Dict, Iterator, List
 
 from trainer import storage
-from trainer.batches import WHOLE, Batch, DataSource, HostPart, pad_batch
-from trainer.data import epoch_order, images, loader, plan, shared_memory
-from trainer.data.shard_index import INDEX_NAME, ShardIndex, split_identity
+from trainer.batches import WHOLE, Batch, DataSource, HostPart
+from trainer.data import epoch_order, plan, shared_memory, stream
+from trainer.data.shard_index import load_index, split_identity
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
-
-# (example name SHARD#KEY, image bytes) -> uint8 image; a DataError names the example.
-Decode = Callable[[str, bytes], torch.Tensor]
-
-
-def load_index(root: storage.Directory) -> ShardIndex:
-    try:
-        data = root.read_bytes(INDEX_NAME)
-    except FileNotFoundError:
-        raise DataError("{} has no {}".format(root.uri, INDEX_NAME),
-                        "write shards with python -m trainer.data.make_shards, or point "
-                        "--data_dir at a train/ val/ class-folder tree")
-    return ShardIndex.from_json(data, root.join(INDEX_NAME))
 
 
 class ShardSource(DataSource):
@@ -81,6 +67,9 @@ class ShardSource(DataSource):
             image_size), seed)
         shared_memory.check(self.plan.shared_memory, num_workers,
                             plan.PREFETCH_BATCHES * self.plan.batch_bytes)
+        self.stream = stream.Stream(stream.stream_spec(
+            self.train, self.val, {stream.TRAIN: self.cut, stream.EVAL: self.eval_cut},
+            host.index, seed, image_size, num_workers))
 
     def describe(self) -> str:
         return "{} shards ({} train, {} val examples), {} data worker(s) per host".format(
@@ -94,64 +83,10 @@ class ShardSource(DataSource):
         return plan.plan_lines(self.plan)
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        size, seed = self.image_size, self.seed
-        order = epoch_order.train_order([shard.count for shard in self.train.shards], seed,
-                                        epoch)
-        root = self.root
-        return self._load(self.train, order, self.cut, start_step, lambda name, data: (
-            images.train_image(data, size, images.draws(seed, epoch, name), root.join(name))))
+        return self.stream.train(epoch, start_step)
 
     def eval_batches(self) -> Iterator[Batch]:
-        size, root = self.image_size, self.root
-        order = epoch_order.eval_order([shard.count for shard in self.val.shards])
-        return self._load(self.val, order, self.eval_cut, 0,
-                          lambda name, data: images.eval_image(data, size, root.join(name)))
+        return self.stream.evaluation()
 
-    def _load(self, reader: ShardReader, order: epoch_order.ExampleOrder,
-              cut: epoch_order.Cut, first_step: int, decode: Decode) -> Iterator[Batch]:
-        """This host's batches of steps ``first_step`` on: each loader worker builds the
-        steps ``epoch_order.runs`` deals it, the loader takes them in turn."""
-        workers = epoch_order.loader_workers(self.workers, first_step, cut.steps)
-
-        def stream(position: int) -> Callable[[], Iterator[Batch]]:
-            return lambda: _batches(reader, list(epoch_order.runs(
-                order, cut, self.host.index, first_step, workers, position)), decode,
-                cut.local_batch, self.image_size)
-
-        streams = [stream(position) for position in range(max(1, workers))]
-        if not workers:
-            return streams[0]()
-        return loader.load(_Streams(streams), workers, batch_size=None,
-                           prefetch_factor=plan.PREFETCH_BATCHES)
-
-
-def _batches(reader: ShardReader, runs: List[epoch_order.Run], decode: Decode, rows: int,
-             size: int) -> Iterator[Batch]:
-    """A batch of ``rows`` (the last padded, in evaluation) per run, each example decoded
-    by ``decode(name, bytes)`` and its bytes dropped once decoded."""
-    for examples in reader.examples_of(runs):
-        x = _batch_tensor(len(examples), size)
-        labels = []
-        for row, (name, data, label) in enumerate(examples):
-            x[row] = decode(name, data)
-            examples[row] = None
-            labels.append(label)
-        yield pad_batch(x, torch.tensor(labels, dtype=torch.int64), rows)
-
-
-def _batch_tensor(rows: int, size: int) -> torch.Tensor:
-    """An empty uint8 batch; in a data worker, in shared memory already, so handing it to
-    the trainer copies nothing (and the worker never holds it twice)."""
-    x = torch.empty((rows, 3, size, size), dtype=torch.uint8)
-    return x.share_memory_() if get_worker_info() is not None else x
-
-
-class _Streams(IterableDataset):
-    """Worker ``i`` of a DataLoader iterates ``plans[i]()``."""
-
-    def __init__(self, plans: List[Callable[[], Iterator[Batch]]]) -> None:
-        self.plans = plans
-
-    def __iter__(self) -> Iterator[Batch]:
-        info = get_worker_info()
-        return self.plans[info.id if info else 0]()
+    def close(self) -> None:
+        self.stream.close()

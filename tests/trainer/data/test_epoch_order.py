@@ -135,7 +135,20 @@ def test_a_range_is_the_pieces_it_covers_cut_at_its_ends():
                                                (1, 0, 5)]
 
 
-@pytest.mark.parametrize("workers, first, steps, expected", [
-    (0, 0, 10, 0), (32, 0, 39, 32), (32, 30, 39, 9), (3, 5, 5, 1)])
-def test_a_loader_starts_no_worker_without_a_step(workers, first, steps, expected):
-    assert epoch_order.loader_workers(workers, first, steps) == expected
+@pytest.mark.parametrize("parts", [1, 2, 3, 32])
+def test_a_steps_units_are_whole_pieces_that_make_up_its_local_batch(parts):
+    # ImageNet-shaped, 4 hosts, batch 512: each unit is whole pieces (no extra reads), at most
+    # ``parts`` of them, about equal; put together in order they are the host's part.
+    counts = [shard.count for shard in imagenet().entries("train")]
+    order = epoch_order.train_order(counts, 1, 0)
+    cut = epoch_order.Cut(sum(counts), 512, 4)
+    for step in (0, 1, 77):
+        pieces = order.take(*cut.host_range(step, 2))
+        units = [unit for unit in epoch_order.units(order, cut, 2, step, parts)
+                 if unit[0] == step]
+        assert [piece for _, _, _, unit in units for piece in unit] == pieces
+        assert len(units) == min(parts, len(pieces)) == units[0][2]
+        assert [part for _, part, _, _ in units] == list(range(len(units)))
+        rows = [sum(end - first for _, first, end in unit) for _, _, _, unit in units]
+        assert max(rows) <= 128 // len(units) + epoch_order.BLOCK_EXAMPLES
+    assert epoch_order.parts_of([], 4) == [[]]  # a padded step past the end: one empty unit

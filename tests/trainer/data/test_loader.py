@@ -3,6 +3,8 @@ they were raised (message, hint, exit code), with 0, 1 and several workers, map-
 iterable datasets alike; the workers stopped before the error is raised."""
 
 import multiprocessing
+import subprocess
+import time
 
 import pytest
 import torch
@@ -87,3 +89,22 @@ def test_other_exceptions_are_left_to_torch():
         list(load(Items(4, 2, ZeroDivisionError("bug")), 1, batch_size=None))
     with pytest.raises(TrainerError, match="plain"):
         list(load(Items(4, 2, TrainerError("plain")), 0, batch_size=None))
+
+
+def test_workers_ignore_sigterm_from_others_and_sigint_but_end_when_the_trainer_ends_them():
+    # A group-wide SIGTERM or SIGINT (systemd, timeout, Slurm, Ctrl-C) reaches the workers
+    # too: they leave the stop to the trainer. The trainer itself (torch, or multiprocessing
+    # at exit) ends them with SIGTERM: that one they obey, or the trainer's exit would hang.
+    loaded = load(Items(1000, -1, None), 2, batch_size=1)
+    assert int(next(loaded)) == 0
+    workers = loaded.batches._workers
+    for signum in ("TERM", "INT"):
+        for worker in workers:  # sent by another process than the trainer, like kill(1)
+            subprocess.run(["kill", "-" + signum, str(worker.pid)], check=True)
+    time.sleep(0.5)
+    assert all(worker.is_alive() for worker in workers)
+    assert [int(next(loaded)) for _ in range(20)] == list(range(1, 21))
+    for worker in workers:
+        worker.terminate()  # as torch does to a worker that does not end when asked
+        worker.join(10)
+    assert not any(worker.is_alive() for worker in workers)

@@ -33,11 +33,12 @@ def test_imagenet_on_a_slice_trains_on_all_but_one_global_batch(hosts, chips, pe
     assert figures.eval_steps == math.ceil(50_000 / batch)
     assert figures.eval_padding == figures.eval_steps * batch - 50_000
     assert figures.read_per_epoch <= 1.05 * figures.train_size
-    # Steps are dealt to the 32 workers of each host in turn.
-    assert figures.worker.runs == math.ceil(figures.steps_per_epoch / 32)
+    # Each step is cut into at most 32 work units of whole pieces, dealt to the 32 workers of
+    # each host in turn: no more reads than whole steps would need.
+    assert math.ceil(figures.steps_per_epoch / 32) <= figures.worker.runs
     local = batch // hosts
     assert figures.batch_bytes == local * (3 * 224 * 224 + 8)
-    assert figures.shared_memory == (32 * plan.PREFETCH_BATCHES
+    assert figures.shared_memory == (32 * plan.PREFETCH_BATCHES + 1
                                      + plan.LOADER_HELD_BATCHES) * figures.batch_bytes
     assert figures.worker_ram == (RUNS_AHEAD + 1) * max(figures.worker.largest_run,
                                                         figures.largest_eval_run)
@@ -72,9 +73,10 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
     assert "; 156 steps per epoch cover 99.75% of them, each once (3,215 left out" in lines[1]
     assert lines[2] == ("evaluation: 50,000 examples in global batches of 8192: 7 steps, 7,344 "
                         "padding (in the last step)")
-    assert lines[3].startswith("per data worker per epoch, at most: 5 runs (steps), ")
+    assert lines[3].startswith("per data worker per epoch, at most: 85 runs (work units), 85 "
+                               "ranged reads, ")
     assert lines[4].startswith("read per epoch by all hosts: ")
-    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 6.9 GB" in lines[5]
+    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 5.5 GB" in lines[5]
 
 
 @pytest.mark.parametrize("args, text", [

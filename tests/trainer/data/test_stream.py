@@ -1,0 +1,93 @@
+"""trainer.data.stream on shards of real photographs (``photo_shards``: 8 train shards of 24,
+64 val images): the data workers start once for epochs and evaluations one after another and
+are the same processes throughout; every batch is the one a stream started at its own segment
+gives (so resuming is exact), with 0, 1 or 3 workers; a request the stream did not anticipate
+starts it again there; ``close`` ends the workers."""
+
+import os
+
+import pytest
+import torch
+
+from trainer.data.shard_source import ShardSource
+from trainer.data.stream import EVAL, TRAIN, segments
+
+SIZE, SEED = 32, 5
+
+
+def source(data_dir, workers, batch=8):
+    return ShardSource(str(data_dir), SIZE, batch, workers, SEED, 16)
+
+
+def flat(batches):
+    return [(x.clone(), y.clone()) for x, y in batches]
+
+
+def same(first, second):
+    return len(first) == len(second) and all(
+        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second))
+
+
+def worker_pids(data):
+    workers = getattr(data.stream.items, "batches", None)
+    return sorted(worker.pid for worker in getattr(workers, "_workers", []))
+
+
+def test_the_segments_follow_each_other_epoch_evaluation_epoch():
+    following = segments((TRAIN, 3, 7))
+    assert [next(following) for _ in range(4)] == [(TRAIN, 3, 7), (EVAL, 4, 0), (TRAIN, 4, 0),
+                                                   (EVAL, 5, 0)]
+    assert list(segments((EVAL, None, 0))) == [(EVAL, None, 0)]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_one_stream_for_epochs_and_evaluations_gives_each_segments_own_batches(
+        photo_shards, workers):
+    data = source(photo_shards, workers)
+    try:
+        run = []
+        for epoch in (0, 1):
+            run.append(flat(data.train_batches(epoch)))
+            if epoch == 0:
+                pids = worker_pids(data)
+                assert len(pids) == workers
+            assert data.stream.at == (EVAL, epoch + 1, 0)  # the evaluation is under way
+            run.append(flat(data.eval_batches()))
+            assert data.stream.at == (TRAIN, epoch + 1, 0)
+        assert worker_pids(data) == pids  # the same processes throughout
+    finally:
+        data.close()
+    assert data.stream.items is None
+    assert all(not os.path.exists("/proc/{}".format(pid)) or _zombie(pid) for pid in pids)
+    # Each segment alone, in a fresh source with another worker count: the same batches.
+    alone = source(photo_shards, (workers + 1) % 4)
+    try:
+        assert same(run[0], flat(alone.train_batches(0)))
+        assert same(run[1], flat(alone.eval_batches()))
+        assert same(run[2], flat(alone.train_batches(1)))
+        assert same(run[3], run[1])
+        assert len(run[0]) == 24 and len(run[1]) == 4  # 192 / 8; 64 / 16
+    finally:
+        alone.close()
+
+
+def test_a_request_it_did_not_anticipate_starts_the_stream_there(photo_shards):
+    data = source(photo_shards, 2)
+    whole = source(photo_shards, 0)
+    try:
+        first = iter(data.train_batches(0))
+        part = [next(first) for _ in range(5)]  # --num_steps=5 stops the epoch here
+        assert data.stream.at == (TRAIN, 0, 5)
+        resumed = flat(data.train_batches(0, 17))  # a resume, say
+        assert next(first, None) is None  # the older request's batches end
+        epoch = flat(whole.train_batches(0))
+        assert same(flat(part), epoch[:5]) and same(resumed, epoch[17:])
+        assert same(flat(data.train_batches(1, 3)), flat(whole.train_batches(1))[3:])
+    finally:
+        data.close()
+        whole.close()
+
+
+def _zombie(pid):
+    with open("/proc/{}/stat".format(pid)) as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] in "ZX"

@@ -1,0 +1,254 @@
+"""One input stream for a whole run: the data workers start once and build, without a pause,
+the training steps of an epoch, the evaluation after it, the next epoch, and so on, until the
+run ends (``close``) or asks for something else.
+
+The order of everything is arithmetic (``trainer.data.epoch_order``), so the stream knows what
+comes next before the trainer asks: while the last steps of epoch ``e`` train, the workers
+already build the evaluation's first batches and then those of epoch ``e + 1``. A request that
+is not the one anticipated (a run that stops an epoch early with ``--num_steps``, an evaluation
+without the epoch before it) ends the workers and starts them again at the request, so what a
+step holds never depends on what was asked before.
+
+Each step is cut into *work units* of whole pieces (``epoch_order.units``, at most one per
+worker), dealt to the workers in turn across segment boundaries: after any boundary the first
+batch is built by several workers at once, not by one decoding a whole local batch. The
+trainer's side puts a step's units back together in order, so a batch holds the same examples
+in the same order with any worker count, and a resumed run (any ``--num_workers``) continues
+exactly.
+
+Memory: each worker holds at most ``RUNS_AHEAD + 1`` units' encoded bytes and hands over at
+most ``plan.PREFETCH_BATCHES`` decoded units; those may belong to the next segment, which is
+why ``plan`` sizes batches by the larger of training and evaluation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from trainer.batches import Batch, pad_batch
+from trainer.data import epoch_order, images, loader, plan
+from trainer.data.shard_reads import ShardReader, prefetched
+
+TRAIN, EVAL = "train", "eval"
+# Where the stream is: (TRAIN, epoch, step) or (EVAL, epoch that follows it, step); an
+# evaluation that no epoch precedes has epoch None, and nothing follows it.
+Position = Tuple[str, Optional[int], int]
+# What a worker hands over: (unit number, step, part, parts, images, labels).
+Item = Tuple[int, int, int, int, torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split as the stream reads it: its reader and how its order becomes steps."""
+
+    reader: ShardReader
+    cut: epoch_order.Cut
+
+    @property
+    def counts(self) -> List[int]:
+        return [shard.count for shard in self.reader.shards]
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """Everything the workers need: the splits, this host, the seed, the image size."""
+
+    train: Split
+    val: Split
+    host: int
+    seed: int
+    image_size: int
+    workers: int
+
+    def split(self, kind: str) -> Split:
+        return self.train if kind == TRAIN else self.val
+
+
+def segments(start: Position) -> Iterator[Position]:
+    """The segments from ``start`` on: an epoch from its step, then its evaluation, then the
+    next epoch from step 0, and so on; an evaluation with no epoch is alone."""
+    kind, epoch, step = start
+    if epoch is None:
+        yield start
+        return
+    while True:
+        yield kind, epoch, step
+        kind, epoch, step = (EVAL, epoch + 1, 0) if kind == TRAIN else (TRAIN, epoch, 0)
+
+
+def work_units(spec: StreamSpec, start: Position) -> Iterator[Tuple[str, Optional[int],
+                                                                    epoch_order.Unit]]:
+    """(kind, epoch, unit) of every unit from ``start`` on, in order."""
+    for kind, epoch, step in segments(start):
+        split = spec.split(kind)
+        order = (epoch_order.train_order(split.counts, spec.seed, epoch) if kind == TRAIN
+                 else epoch_order.eval_order(split.counts))
+        for unit in epoch_order.units(order, split.cut, spec.host, step,
+                                      max(1, spec.workers)):
+            yield kind, epoch, unit
+
+
+def worker_items(spec: StreamSpec, start: Position, position: int, workers: int
+                 ) -> Iterator[Item]:
+    """The items worker ``position`` of ``workers`` builds: units ``position``,
+    ``position + workers``, ... of the stream, each read ``RUNS_AHEAD`` units ahead."""
+    mine = itertools.islice(enumerate(work_units(spec, start)), position, None,
+                            max(1, workers))
+    mine, ahead = itertools.tee(mine)
+    fetched = prefetched(ahead, lambda numbered, stop: spec.split(numbered[1][0]).reader
+                         .read_run(numbered[1][2][3], stop))
+    root = spec.train.reader.root
+    try:
+        for number, (kind, epoch, (step, part, parts, pieces)) in mine:
+            split = spec.split(kind)
+            examples = split.reader.unpacked(pieces, next(fetched))
+            decode = _decoder(kind, epoch, spec, root)
+            x = _batch_tensor(len(examples), spec.image_size)
+            labels = []
+            for row, (name, data, label) in enumerate(examples):
+                x[row] = decode(name, data)
+                examples[row] = None  # its bytes go once decoded
+                labels.append(label)
+            yield number, step, part, parts, x, torch.tensor(labels, dtype=torch.int64)
+    finally:
+        fetched.close()
+
+
+def _decoder(kind: str, epoch: Optional[int], spec: StreamSpec, root
+             ) -> Callable[[str, bytes], torch.Tensor]:
+    size, seed = spec.image_size, spec.seed
+    if kind == TRAIN:
+        return lambda name, data: images.train_image(
+            data, size, images.draws(seed, epoch, name), root.join(name))
+    return lambda name, data: images.eval_image(data, size, root.join(name))
+
+
+def _batch_tensor(rows: int, size: int) -> torch.Tensor:
+    """An empty uint8 batch; in a data worker, in shared memory already, so handing it to
+    the trainer copies nothing (and the worker never holds it twice)."""
+    x = torch.empty((rows, 3, size, size), dtype=torch.uint8)
+    return x.share_memory_() if get_worker_info() is not None else x
+
+
+class _Workers(IterableDataset):
+    """Worker ``i`` of a DataLoader of ``workers`` iterates ``worker_items(..., i, ...)``."""
+
+    def __init__(self, spec: StreamSpec, start: Position, workers: int) -> None:
+        self.spec, self.start, self.workers = spec, start, workers
+
+    def __iter__(self) -> Iterator[Item]:
+        info = get_worker_info()
+        return worker_items(self.spec, self.start, info.id if info else 0, self.workers)
+
+
+class Stream:
+    """The trainer's side: ``batches(position)`` continues the stream when ``position`` is
+    where it is, else starts it there; ``close`` ends the workers."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self.at: Optional[Position] = None  # where the stream is, None: not running
+        self.items: Optional[Iterator[Item]] = None
+        self.next_unit = 0
+        self.generation = 0  # a newer request makes the iterators of older ones stale
+        self.lock = threading.Lock()
+
+    def train(self, epoch: int, step: int) -> Iterator[Batch]:
+        return self.batches((TRAIN, epoch, step))
+
+    def evaluation(self) -> Iterator[Batch]:
+        """The evaluation's batches: the one the stream has reached, or one on its own."""
+        at = self.at
+        anticipated = at is not None and at[0] == EVAL and at[2] == 0
+        return self.batches(at if anticipated else (EVAL, None, 0))
+
+    def batches(self, position: Position) -> Iterator[Batch]:
+        """This host's batches of the segment at ``position`` (to its end); the workers are
+        (re)started here, in the caller's thread, if the stream is elsewhere."""
+        with self.lock:
+            if position != self.at or self.items is None:
+                self._start(position)
+            self.generation += 1
+            return self._assembled(position, self.generation)
+
+    def close(self) -> None:
+        """End the workers (the stream starts again at the next request)."""
+        with self.lock:
+            self._stop()
+
+    def _start(self, position: Position) -> None:
+        self._stop()
+        kind, epoch, step = position
+        workers = self.spec.workers
+        if epoch is None:  # a finite stream: no more workers than units
+            workers = min(workers, sum(1 for _ in work_units(self.spec, position)))
+        if workers:
+            self.items = loader.load(_Workers(self.spec, position, workers), workers,
+                                     batch_size=None, prefetch_factor=plan.PREFETCH_BATCHES)
+        else:
+            self.items = worker_items(self.spec, position, 0, 1)
+        self.at, self.next_unit = position, 0
+
+    def _stop(self) -> None:
+        items, self.items, self.at = self.items, None, None
+        if items is not None:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    def _assembled(self, position: Position, generation: int) -> Iterator[Batch]:
+        kind, epoch, step = position
+        cut = self.spec.split(kind).cut
+        while step < cut.steps:
+            parts: List[Item] = []
+            with self.lock:
+                if generation != self.generation or self.items is None:
+                    return  # a newer request took the stream over
+                while not parts or parts[-1][2] + 1 < parts[-1][3]:
+                    parts.append(self._next_item(step))
+                step += 1
+                self.at = (kind, epoch, step)
+            yield _joined(parts, cut.local_batch)
+        with self.lock:
+            if generation == self.generation:
+                self.at = _after(position)
+
+    def _next_item(self, step: int) -> Item:
+        assert self.items is not None
+        item = next(self.items)
+        if item[0] != self.next_unit or item[1] != step:  # a bug, never bad input
+            raise RuntimeError("data stream out of order: unit {} of step {} where unit {} "
+                               "of step {} belongs".format(item[0], item[1], self.next_unit,
+                                                           step))
+        self.next_unit += 1
+        return item
+
+
+def _after(position: Position) -> Optional[Position]:
+    """Where the stream is once the segment at ``position`` has ended (None: nothing
+    follows)."""
+    following = segments(position)
+    next(following)
+    return next(following, None)
+
+
+def _joined(parts: Sequence[Item], rows: int) -> Batch:
+    """A step's units as one local batch of ``rows`` (the last evaluation step padded)."""
+    if len(parts) == 1:
+        x, y = parts[0][4], parts[0][5]
+    else:
+        x, y = torch.cat([part[4] for part in parts]), torch.cat([part[5] for part in parts])
+    return pad_batch(x, y, rows)
+
+
+def stream_spec(train: ShardReader, val: ShardReader, cuts: Dict[str, epoch_order.Cut],
+                host: int, seed: int, image_size: int, workers: int) -> StreamSpec:
+    """The spec of a host's stream over the splits ``train`` and ``val``."""
+    return StreamSpec(Split(train, cuts[TRAIN]), Split(val, cuts[EVAL]), host, seed,
+                      image_size, workers)

@@ -219,3 +219,24 @@ def test_mutating_the_template_does_not_change_it():
     before = copy.deepcopy(ready())
     check_job(before)
     assert before == ready()
+
+
+# The multi-host slice sizes users rent (chips per host 4 on both): topology -> hosts.
+SLICE_SIZES = {"4x4": 4, "4x8": 8, "8x8": 16, "8x16": 32, "16x16": 64}
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+@pytest.mark.parametrize("topology, hosts", sorted(SLICE_SIZES.items()))
+def test_every_slice_size_up_to_64_hosts_passes_and_a_host_short_is_refused(template, topology,
+                                                                             hosts):
+    """docs/gke.md's "another slice size": the topology selector, parallelism and completions
+    changed together pass at every size; one host fewer in parallelism is refused by name."""
+    def resized(job, parallelism):
+        pod(job)["nodeSelector"]["cloud.google.com/gke-tpu-topology"] = topology
+        spec = job["spec"]["replicatedJobs"][0]["template"]["spec"]
+        spec["parallelism"], spec["completions"] = parallelism, hosts
+        return job
+
+    assert errors(resized(ready(template), hosts)) == []
+    short = errors(resized(ready(template), hosts - 1))
+    assert [finding.path for finding in short] == [JOB + ".parallelism"], [str(f) for f in short]

@@ -135,20 +135,26 @@ def test_a_range_is_the_pieces_it_covers_cut_at_its_ends():
                                                (1, 0, 5)]
 
 
+@pytest.mark.parametrize("hosts, chips", [(1, 4), (4, 4), (16, 4), (64, 4), (2, 8), (32, 8)])
 @pytest.mark.parametrize("parts", [1, 2, 3, 32])
-def test_a_steps_units_are_whole_pieces_that_make_up_its_local_batch(parts):
-    # ImageNet-shaped, 4 hosts, batch 512: each unit is whole pieces (no extra reads), at most
-    # ``parts`` of them, about equal; put together in order they are the host's part.
+def test_a_steps_units_are_whole_pieces_that_make_up_its_local_batch(hosts, chips, parts):
+    # ImageNet-shaped (1,282 shards), 1 to 64 hosts of 4 or 8 chips at 128 images a chip, up to
+    # 32 workers: each unit is whole pieces (no extra reads), at most ``parts`` of them, about
+    # equal; put together in order they are the host's part, on the first, last and a middle
+    # host, in the first, a middle and the last step of the epoch.
     counts = [shard.count for shard in imagenet().entries("train")]
     order = epoch_order.train_order(counts, 1, 0)
-    cut = epoch_order.Cut(sum(counts), 512, 4)
-    for step in (0, 1, 77):
-        pieces = order.take(*cut.host_range(step, 2))
-        units = [unit for unit in epoch_order.units(order, cut, 2, step, parts)
-                 if unit[0] == step]
-        assert [piece for _, _, _, unit in units for piece in unit] == pieces
-        assert len(units) == min(parts, len(pieces)) == units[0][2]
-        assert [part for _, part, _, _ in units] == list(range(len(units)))
-        rows = [sum(end - first for _, first, end in unit) for _, _, _, unit in units]
-        assert max(rows) <= 128 // len(units) + epoch_order.BLOCK_EXAMPLES
+    local = 128 * chips
+    cut = epoch_order.Cut(sum(counts), local * hosts, hosts)
+    for host in sorted({0, hosts // 2, hosts - 1}):
+        for step in sorted({0, cut.steps // 2, cut.steps - 1}):
+            pieces = order.take(*cut.host_range(step, host))
+            units = [unit for unit in epoch_order.units(order, cut, host, step, parts)
+                     if unit[0] == step]
+            assert [piece for _, _, _, unit in units for piece in unit] == pieces
+            assert len(units) == min(parts, len(pieces)) == units[0][2]
+            assert [part for _, part, _, _ in units] == list(range(len(units)))
+            rows = [sum(end - first for _, first, end in unit) for _, _, _, unit in units]
+            assert sum(rows) == local
+            assert max(rows) <= local // len(units) + epoch_order.BLOCK_EXAMPLES
     assert epoch_order.parts_of([], 4) == [[]]  # a padded step past the end: one empty unit

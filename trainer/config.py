@@ -48,6 +48,7 @@ class TrainConfig:
     seed: int = 1
     job_dir: Optional[str] = None
     checkpoint_steps: int = 0
+    checkpoint_minutes: float = 0.0
     checkpoint_epochs: int = 1
     eval_every_epochs: int = 1
     profile_steps: str = ""
@@ -80,7 +81,8 @@ class TrainConfig:
                     name, getattr(self, name)), "e.g. --{}={}".format(
                     name, getattr(TrainConfig, name)))
         non_negative = ("lr", "lr_batch", "momentum", "weight_decay", "warmup_epochs", "log_steps",
-                        "num_steps", "checkpoint_steps", "checkpoint_epochs", "eval_batch_size")
+                        "num_steps", "checkpoint_steps", "checkpoint_minutes", "checkpoint_epochs",
+                        "eval_batch_size")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
@@ -176,6 +178,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "job_dir": "folder or gs:// URI for checkpoints, metrics, TensorBoard, model; "
                    "default: Vertex AI's AIP_* directories",
         "checkpoint_steps": "also checkpoint every N steps (0: at epoch ends only)",
+        "checkpoint_minutes": "also checkpoint once M minutes have passed since the last "
+                              "checkpoint (0: never); every host checkpoints at the same step",
         "checkpoint_epochs": "checkpoint at the end of every N-th epoch and the last (0: only "
                              "the last); written in the background",
         "eval_every_epochs": "evaluate after every N-th epoch and the last",

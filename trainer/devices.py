@@ -1,7 +1,7 @@
 """The one home of the device topology: how many devices the job trains on, this process's
 place among the job's processes, who writes the outputs, how a batch is split, and how the
-processes agree to stop. The loop, checkpoints and outputs ask a ``Topology``; the runtime
-facts behind it are read in ``trainer.xla`` and nowhere else.
+processes agree to stop and when to checkpoint. The loop, checkpoints and outputs ask a
+``Topology``; the runtime facts behind it are read in ``trainer.xla`` and nowhere else.
 
 Several devices are used the way pytorch/xla recommends for TPU VMs, SPMD: one process per
 host runs one program over a mesh of every device of the job, each batch split over the mesh's
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -160,36 +160,57 @@ def batch_sharding(topology: Topology) -> Optional[xla.BatchSharding]:
     return xla.BatchSharding(topology.devices, host_part=topology.process_count > 1)
 
 
-class StopVote:
-    """``should_stop()``: whether the run stops at this step boundary, the same answer on
-    every host, so no host is left waiting in a collective for one that stopped.
+class Agreed(NamedTuple):
+    """What every process of the job decided at one step boundary."""
 
-    One process: its own SIGTERM flag (``local``), read on the host. Several (a slice): each
-    host puts its flag on its devices, the job sums the flags over the mesh (an all-reduce),
-    and every host reads the sum. The vote dispatched at one boundary is read at the next, so
-    reading it waits only for the step before, never for the one just queued: a SIGTERM on any
-    host ends the run on every host one step later, at the same step."""
+    stop: bool  # SIGTERM reached some process: checkpoint and stop
+    checkpoint: bool  # --checkpoint_minutes have passed on some process's clock: checkpoint
 
-    def __init__(self, topology: Topology, local, sharding: Optional[xla.BatchSharding],
-                 dev: torch.device) -> None:
-        self.topology, self.local, self.sharding, self.dev = topology, local, sharding, dev
+
+NEITHER = Agreed(False, False)
+
+
+class BoundaryVote:
+    """``decide()`` at each step boundary: whether the run stops there and whether it
+    checkpoints there, the same answers on every host, so no host is left waiting in a
+    collective for one that stopped, and every host cuts its graph for a checkpoint at the same
+    step (hosts' clocks do not agree on when N minutes have passed; the vote does).
+
+    One process: its own flags (``local_stop``: SIGTERM received; ``local_due``: a checkpoint
+    is due by its clock), read on the host. Several (a slice): each host puts its flags on its
+    devices as one number, ``stop + (devices + 1) * due`` (exact in float32 up to 4,095
+    devices), the job sums them over the mesh (an all-reduce), and every host reads both
+    counts back from the sum. The vote dispatched at one boundary is read at the next, so
+    reading it waits only for the step before, never for the one just queued: a SIGTERM or a
+    due checkpoint on any host acts on every host one step later, at the same step."""
+
+    def __init__(self, topology: Topology, local_stop: Callable[[], bool],
+                 sharding: Optional[xla.BatchSharding], dev: torch.device,
+                 local_due: Callable[[], bool] = lambda: False) -> None:
+        self.topology, self.local_stop, self.local_due = topology, local_stop, local_due
+        self.sharding, self.dev = sharding, dev
         self._pending: Optional[torch.Tensor] = None
 
-    def should_stop(self) -> bool:
+    def decide(self) -> Agreed:
         if self.topology.process_count == 1:
-            return bool(self.local())
+            return Agreed(bool(self.local_stop()), bool(self.local_due()))
         previous, self._pending = self._pending, self.tally(self._votes())
         xla.sync()  # dispatch this boundary's vote (with the step, on the lazy path)
-        return previous is not None and bool(previous.item() > 0)
+        return NEITHER if previous is None else self._read(previous)
+
+    def should_stop(self) -> bool:
+        """``decide().stop``, for a loop that never checkpoints (evaluation)."""
+        return self.decide().stop
 
     def settle(self) -> bool:
-        """A vote read at once (start-up: no step is in flight), dropping any pending one."""
+        """Whether to stop, read at once (start-up: no step is in flight), dropping any
+        pending vote."""
         if self.topology.process_count == 1:
-            return bool(self.local())
+            return bool(self.local_stop())
         self._pending = None
         total = self.tally(self._votes())
         xla.sync()
-        return bool(total.item() > 0)
+        return self._read(total).stop
 
     def tally(self, votes: torch.Tensor) -> torch.Tensor:
         """The sum over the mesh of ``votes`` (a host tensor with one entry per device of this
@@ -197,4 +218,13 @@ class StopVote:
         return self.sharding.to_device(votes, self.dev).sum()
 
     def _votes(self) -> torch.Tensor:
-        return torch.full((self.topology.local_devices,), float(bool(self.local())))
+        vote = float(bool(self.local_stop())) + self._base * float(bool(self.local_due()))
+        return torch.full((self.topology.local_devices,), vote)
+
+    @property
+    def _base(self) -> int:
+        return self.topology.devices + 1  # more than any count of stop flags
+
+    def _read(self, total: torch.Tensor) -> Agreed:
+        stops, dues = divmod(int(round(float(total.item()))), self._base)[::-1]
+        return Agreed(stops > 0, dues > 0)

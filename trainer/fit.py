@@ -93,8 +93,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                         outputs.flush)
         run = _Run(config, spec.data, steps, state, checkpoints,
                    _Records(outputs, counts, cache, profile),
-                   _Placement(sharding, devices.StopVote(topology, stop_signal.received,
-                                                         sharding, dev)))
+                   _Placement(sharding, devices.BoundaryVote(
+                       topology, stop_signal.received, sharding, dev,
+                       checkpoints.clock_due(config.checkpoint_minutes))))
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                steps_per_epoch * config.num_epochs, outputs.record,
                                counts.compiled, _input_setup(config),
@@ -139,10 +140,10 @@ class _Records:
 @dataclass
 class _Placement:
     """How batches reach the devices (None: one device) and how the processes agree to
-    stop."""
+    stop and to checkpoint."""
 
     sharding: Optional[xla.BatchSharding]
-    stop: devices.StopVote
+    vote: devices.BoundaryVote
 
     def loader(self, batches, steps: Steps, loop_cuts: bool = False):
         """``batches`` on the devices. ``loop_cuts``: the loop cuts each lazy step itself
@@ -179,12 +180,11 @@ class _Run:
     def all_epochs(self, progress: ProgressLog) -> Dict[str, float]:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
         state, config = self.state, self.config
-        if self.placement.stop.settle():  # during start-up: nothing new to checkpoint
+        if self.placement.vote.settle():  # during start-up: nothing new to checkpoint
             raise Preempted("stopped by SIGTERM before training resumed at step {}".format(
                 state.global_step), "the platform restarts the job, which starts again here")
-        hooks = EpochHooks(config.log_steps, progress, _every(
-            config.checkpoint_steps, lambda s: self.checkpoints.save(s, self.outputs)),
-            self.placement.stop.should_stop)
+        hooks = EpochHooks(config.log_steps, progress, self.checkpoint_cadence,
+                           self.placement.vote.decide)
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
         accuracy: Dict[str, float] = {}
@@ -218,6 +218,17 @@ class _Run:
             self.cache.save()  # every graph of the run exists after its first epoch
         return accuracy
 
+    def checkpoint_cadence(self, state: LoopState, clock_agreed: bool) -> None:
+        """Checkpoint at ``state`` every ``--checkpoint_steps`` steps, and when every process
+        agreed that ``--checkpoint_minutes`` have passed on some host's clock. That vote was
+        cast a boundary earlier (``devices.BoundaryVote``): if a checkpoint was saved at that
+        boundary, the vote predates it and is spent."""
+        steps = self.config.checkpoint_steps
+        by_steps = bool(steps) and state.global_step % steps == 0
+        by_clock = clock_agreed and self.checkpoints.saved_step != state.global_step - 1
+        if by_steps or by_clock:
+            self.checkpoints.save(state, self.outputs)
+
     def evaluate_epoch(self) -> Dict[str, float]:
         """Evaluate the model as it is after epoch ``state.epoch``, log and record it; on
         SIGTERM stop at the next batch (``Preempted``)."""
@@ -226,7 +237,7 @@ class _Run:
         eval_batches = _limited(self.data.eval_batches(),
                                 self.config.num_steps or self.data.eval_steps)
         accuracy = evaluate(self.steps, self.placement.loader(eval_batches, self.steps),
-                            self.placement.stop.should_stop)
+                            self.placement.vote.should_stop)
         self.eval_seconds += time.perf_counter() - started
         if accuracy is None:
             self.outputs.flush()
@@ -261,18 +272,6 @@ def _input_setup(config: TrainConfig) -> InputSetup:
     from trainer.data.workers import host_cores, resolve_workers
 
     return InputSetup(config.fake_data, resolve_workers(config.num_workers), host_cores())
-
-
-def _every(steps: int, action: Callable[[LoopState], Any]) -> Optional[Callable[[LoopState],
-                                                                                 None]]:
-    if not steps:
-        return None
-
-    def maybe(state: LoopState) -> None:
-        if state.global_step % steps == 0:
-            action(state)
-
-    return maybe
 
 
 def _limited(batches, count: int):

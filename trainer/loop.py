@@ -18,6 +18,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterable, Iterator, Opti
 import torch
 
 from trainer import xla
+from trainer.devices import NEITHER, Agreed
 from trainer.steps import Steps
 
 
@@ -89,13 +90,14 @@ class LoopState:
 @dataclass
 class EpochHooks:
     """What ``train_epoch`` calls besides the step: ``on_log(step, loss_total)`` as a step
-    closure every ``log_steps`` steps (0: never); ``on_step(state)`` on the host after each
-    step is dispatched (checkpoint cadence); ``should_stop()`` after each step (SIGTERM)."""
+    closure every ``log_steps`` steps (0: never); ``decide()`` after each step is dispatched
+    (what every process agreed: stop on SIGTERM, checkpoint by the clock); unless that is to
+    stop, ``on_step(state, checkpoint_agreed)`` on the host (the checkpoint cadence)."""
 
     log_steps: int = 0
     on_log: Optional[Callable[[int, torch.Tensor], None]] = None
-    on_step: Optional[Callable[[LoopState], None]] = None
-    should_stop: Callable[[], bool] = lambda: False
+    on_step: Optional[Callable[[LoopState, bool], None]] = None
+    decide: Callable[[], Agreed] = lambda: NEITHER
     # The context each step runs in, given its global step (``profiling``: the profiler's
     # step annotation while a profile is captured).
     step_context: Callable[[int], ContextManager] = lambda step: contextlib.nullcontext()
@@ -103,9 +105,10 @@ class EpochHooks:
 
 def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
                 hooks: EpochHooks) -> bool:
-    """Train over ``batches``; returns True when ``hooks.should_stop()`` ended the epoch
-    early. On the lazy path each step is cut here, before the next batch is asked for:
-    ``batches`` must not cut it too (``fit`` gives a device loader that does not)."""
+    """Train over ``batches``; returns True when ``hooks.decide()`` ended the epoch early
+    (the checkpoint is then the caller's, so ``on_step`` is not called for that step). On the
+    lazy path each step is cut here, before the next batch is asked for: ``batches`` must not
+    cut it too (``fit`` gives a device loader that does not)."""
     steps.model.train()
     if state.loss_total is None:
         state.loss_total = xla.device_number(0, steps.device)
@@ -133,11 +136,12 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
             # Run the step, and the closure after it, now: where the loader's sync would cut
             # the same graph anyway (lazy path), or would never come (compiled path).
             xla.sync()
-        if hooks.on_step is not None:
-            hooks.on_step(state)
-        if hooks.should_stop():
+        agreed = hooks.decide()
+        if agreed.stop:
             xla.sync()
             return True
+        if hooks.on_step is not None:
+            hooks.on_step(state, agreed.checkpoint)
     xla.sync()
     xla.wait()  # once per epoch: the epoch's time ends when its last step has finished
     state.clock.stop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -44,6 +44,7 @@ class RunCheckpoints:
         self.data_identity = data_identity
         self.writer = BackgroundWriter()
         self.saved_step = -1  # the step of the last checkpoint handed to the writer
+        self.saved_at = time.monotonic()  # when it was (or when the run started)
         self.seconds = 0.0  # spent on the loop's path: copies to the host, waits for writes
 
     @classmethod
@@ -165,9 +166,17 @@ class RunCheckpoints:
             self.writer.submit(lambda: self._write(step, snapshot), uri)
             if wait:
                 self.writer.wait()
-        self.saved_step = state.global_step
+        self.saved_step, self.saved_at = state.global_step, time.monotonic()
         self.seconds += time.perf_counter() - started
         return uri
+
+    def clock_due(self, minutes: float) -> Callable[[], bool]:
+        """This process's own view of ``--checkpoint_minutes``: whether ``minutes`` have
+        passed since its last checkpoint (or its start). Never, for 0 or with no job dir.
+        Hosts' clocks disagree, so the loop acts on the processes' vote, not on this."""
+        if not minutes or self.store is None:
+            return lambda: False
+        return lambda: time.monotonic() - self.saved_at >= minutes * 60
 
     def save_final(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
         """The checkpoint of ``state``, durable when this returns (SIGTERM): the one already

@@ -1,24 +1,47 @@
 """trainer.fit's cadence flags: ``--checkpoint_epochs`` and ``--eval_every_epochs`` choose the
-epochs that are checkpointed and evaluated; the last epoch always is, both."""
+epochs that are checkpointed and evaluated; the last epoch always is, both.
+``--checkpoint_minutes`` checkpoints by the clock, at the step the processes agree on."""
 
 import os
 import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, clean_environ
 from trainer.checkpoints import checkpoint_name
 
 
-def test_checkpoints_and_evaluations_follow_their_epochs_and_the_last_always(tmp_path):
+def run_mnist(job_dir, *flags):
     result = subprocess.run(
-        [sys.executable, "-m", "trainer.mnist", "--fake_data", "--num_epochs=5",
-         "--num_steps=2", "--log_steps=0", "--checkpoint_epochs=2", "--eval_every_epochs=3",
-         "--keep_checkpoints=5", "--job_dir=" + str(tmp_path)],
+        [sys.executable, "-m", "trainer.mnist", "--fake_data", "--log_steps=0",
+         "--keep_checkpoints=10", "--job_dir=" + str(job_dir), *flags],
         cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"), capture_output=True, text=True,
         timeout=300)
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(str(tmp_path / "checkpoints"))) == [
+    return result
+
+
+def checkpointed(job_dir):
+    return sorted(os.listdir(str(job_dir / "checkpoints")))
+
+
+def test_checkpoints_and_evaluations_follow_their_epochs_and_the_last_always(tmp_path):
+    result = run_mnist(tmp_path, "--num_epochs=5", "--num_steps=2", "--checkpoint_epochs=2",
+                       "--eval_every_epochs=3")
+    assert checkpointed(tmp_path) == [
         checkpoint_name(step) for step in (4, 8, 10)]  # epochs 2, 4 and the last, 5
     evaluated = [int(epoch) for epoch in re.findall(r"epoch (\d+) done", result.stdout)]
     assert evaluated == [3, 5]
+
+
+@pytest.mark.parametrize("minutes, steps", [
+    # Due at every boundary: checkpointed at step 1, then the vote cast before that checkpoint
+    # is spent (step 2), and so on; step 6 is the epoch's end.
+    ("1e-9", (1, 3, 5, 6)),
+    ("60", (6,)),  # an hour never passes in this run: the epoch's end only
+])
+def test_checkpoint_minutes_checkpoint_by_the_clock_between_epoch_ends(tmp_path, minutes, steps):
+    run_mnist(tmp_path, "--num_epochs=1", "--num_steps=6", "--checkpoint_minutes=" + minutes)
+    assert checkpointed(tmp_path) == [checkpoint_name(step) for step in steps]

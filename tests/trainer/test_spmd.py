@@ -155,19 +155,32 @@ def test_the_mnist_defaults_reach_99_percent_in_5_epochs_on_four_devices():
 
 def test_a_vote_sums_the_stop_flags_of_every_device():
     # One entry per device: as if the host owning devices 2 and 3 had received SIGTERM.
-    votes = devices.StopVote(TOPOLOGY, lambda: False, SHARDING, xla.device())
+    votes = devices.BoundaryVote(TOPOLOGY, lambda: False, SHARDING, xla.device())
     assert float(votes.tally(torch.tensor([0.0, 0.0, 1.0, 1.0]))) == 2.0
     assert float(votes.tally(torch.zeros(DEVICES))) == 0.0
 
 
+def on_a_slice(stop_flags, due_flags):
+    """The vote of this process as host 2 of 2 hosts (injected), its flags given in turn."""
+    stops, dues = iter(stop_flags), iter(due_flags)
+    return devices.BoundaryVote(devices.Topology(DEVICES, DEVICES, DEVICES, 1, 2),
+                                lambda: next(stops), xla.BatchSharding(DEVICES, host_part=True),
+                                xla.device(), lambda: next(dues))
+
+
 def test_on_a_slice_the_vote_of_one_boundary_stops_every_host_at_the_next():
-    # This process as host 2 of 2 hosts (injected): its own flag goes up after step 1.
-    flags = iter([False, True, True, True])
-    host = devices.Topology(DEVICES, DEVICES, DEVICES, 1, 2)
-    vote = devices.StopVote(host, lambda: next(flags),
-                            xla.BatchSharding(DEVICES, host_part=True), xla.device())
+    # Its own SIGTERM flag goes up after step 1.
+    vote = on_a_slice([False, True, True, True], [False] * 4)
     assert [vote.should_stop() for _ in range(3)] == [False, False, True]
     assert vote.settle() is True
+
+
+def test_on_a_slice_a_due_checkpoint_and_a_stop_are_told_apart_one_boundary_later():
+    # Its clock says a checkpoint is due at boundaries 1 and 2; SIGTERM arrives at 2.
+    vote = on_a_slice([False, False, True, True], [False, True, True, False])
+    Agreed = devices.Agreed
+    assert [vote.decide() for _ in range(4)] == [
+        Agreed(False, False), Agreed(False, False), Agreed(False, True), Agreed(True, True)]
 
 
 def run_mnist(data, job, devices_used, batch_size, *extra):

@@ -4,9 +4,10 @@ accepted), and the one place that turns errors into a one-line message and an ex
 ``--help`` / ``-h`` print the trainer's flags, ``--helpfull`` every flag defined (absl's
 own included), and exit 0 without training.
 
-Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 74 job dir not readable/writable;
-78 the container's ``/dev/shm`` is too small for the data workers (``docker run --shm-size``);
-143 stopped by SIGTERM after writing a checkpoint (the platform restarts and it resumes).
+Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 70 a data worker died (killed, or
+crashed in native code); 74 job dir not readable/writable; 78 the container's ``/dev/shm`` is
+too small for the data workers (``docker run --shm-size``); 143 stopped by SIGTERM after
+writing a checkpoint (the platform restarts and it resumes).
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
         return report(error)
+    except RuntimeError as error:
+        from trainer.data.loader import worker_death
+
+        died = worker_death(error)
+        if died is None:
+            raise
+        return report(died)
     return 0
 
 

@@ -265,6 +265,29 @@ def children_of(pid):
             for child in open("/proc/{}/task/{}/children".format(pid, task)).read().split()]
 
 
+def test_a_data_worker_killed_mid_epoch_ends_the_run_with_one_line_and_exit_70(
+        photo_shards, tmp_path):
+    # The kernel's out-of-memory killer sends SIGKILL to a data worker: torch noticed it with
+    # a RuntimeError raised wherever the trainer was (often inside a step), a traceback and
+    # exit 1.
+    process = trainer("trainer.imagenet", "--data_dir=" + str(photo_shards),
+                      "--num_workers=2", "--job_dir=" + str(tmp_path / "job"),
+                      "--model=resnet18", "--image_size=32", "--batch_size=4",
+                      "--num_epochs=1", "--warmup_epochs=0", "--log_steps=1")
+    try:
+        wait_for_line(process, "step 3/")
+        workers = children_of(process.pid)
+        assert len(workers) >= 2, "the data workers are not running"
+        os.kill(int(workers[0]), signal.SIGKILL)
+        returncode, _, err = finish(process, 120)
+    finally:
+        process.kill()
+    line = one_line_error(err, 70, returncode)
+    assert re.search(r"a data worker died: DataLoader worker \(pid\(?s?\)? {}\)".format(
+        workers[0]), line), line
+    assert "out-of-memory killer" in err.splitlines()[-1]
+
+
 def test_a_group_wide_sigterm_mid_epoch_checkpoints_and_the_epoch_resumes_exactly(
         photo_shards, tmp_path):
     # systemd, timeout, Slurm and `kill -- -PGID` signal the whole process group: the data

@@ -8,6 +8,10 @@ error pickles whole: its hint and exit code are attributes), and the trainer's s
 after stopping the workers. Any other exception is left to torch: it is a bug, whose traceback
 is what is wanted.
 
+A worker that dies (the kernel's out-of-memory killer, a crash in native code) is found by
+torch, which raises a ``RuntimeError`` in the trainer wherever it happens to be (its SIGCHLD
+handler, or the next batch); ``worker_death`` turns that into one line and exit 70.
+
 The workers ignore SIGINT, and SIGTERM from anyone but the trainer: a signal sent to the whole
 process group (systemd, ``timeout``, Slurm, ``kill -- -PGID``, Ctrl-C) reaches them too, and a
 worker it ended would take the run down from inside a step with no checkpoint. Only the
@@ -27,7 +31,7 @@ from typing import Any, Callable, Iterator, Optional
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.dataloader import default_collate, default_convert
 
-from trainer.errors import TrainerError
+from trainer.errors import EX_SOFTWARE, TrainerError
 
 
 def load(dataset: Dataset, num_workers: int, **options: Any) -> Iterator[Any]:
@@ -162,3 +166,23 @@ class _Raising:
         shutdown = getattr(self.batches, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+
+
+# What torch's messages for a dead worker start with, in 1.11 and 2.x alike: "DataLoader worker
+# (pid 123) is killed by signal: Killed." (its SIGCHLD handler) and "DataLoader worker (pid(s)
+# 123) exited unexpectedly" (a batch that never came).
+_DEATH_NOTICE = "DataLoader worker (pid"
+
+
+def worker_death(error: BaseException) -> Optional[TrainerError]:
+    """The one-line error (exit 70) for torch's notice that a data worker died, else None (any
+    other error is a bug, whose traceback is what is wanted)."""
+    text = " ".join(str(error).split())
+    if not isinstance(error, RuntimeError) or not text.startswith(_DEATH_NOTICE):
+        return None
+    return TrainerError(
+        "a data worker died: {}".format(text.split(". ", 1)[0].rstrip(".")),
+        "'Killed' is most often the kernel's out-of-memory killer: compare the host's memory "
+        "with what `python -m trainer.data.plan` says the data needs, and lower --num_workers "
+        "or --batch_size; restarted, the run resumes from its last checkpoint",
+        exit_code=EX_SOFTWARE)

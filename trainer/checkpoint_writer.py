@@ -10,6 +10,8 @@ training thread at the next ``submit`` or ``wait`` (a ``TrainerError`` as it is,
 as a ``StorageError``, exit 74), where ``main`` turns it into one line and an exit code. A
 ``kill -9`` during a write leaves the previous checkpoint whole: ``CheckpointStore`` writes
 atomically (a local rename, a GCS object that appears only when its upload completes).
+
+``RunOutputs`` uploads metrics and TensorBoard files with a writer of its own, the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ class BackgroundWriter:
     was held up waiting for a write before it (the part of checkpointing on the critical
     path besides copying the state to the host)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "checkpoint-writer",
+                 hint: str = "check the job dir (free space, permissions); the previous "
+                             "checkpoint is intact") -> None:
+        self.name, self.hint = name, hint
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._what = ""
@@ -34,11 +39,11 @@ class BackgroundWriter:
 
     def submit(self, write: Callable[[], None], what: str) -> None:
         """Run ``write()`` in the background once the write before it has finished; ``what``
-        (e.g. the checkpoint's URI) names it in an error message."""
+        (e.g. "checkpoint URI") names it in an error message."""
         self.wait()
         self._what = what
         self._thread = threading.Thread(target=self._run, args=(write,),
-                                         name="checkpoint-writer", daemon=True)
+                                         name=self.name, daemon=True)
         self._thread.start()
 
     def busy(self) -> bool:
@@ -57,9 +62,8 @@ class BackgroundWriter:
             return
         if isinstance(error, TrainerError):
             raise error
-        raise StorageError("writing checkpoint {} failed: {}: {}".format(
-            self._what, type(error).__name__, error),
-            "check the job dir (free space, permissions); the previous checkpoint is intact")
+        raise StorageError("writing {} failed: {}: {}".format(
+            self._what, type(error).__name__, error), self.hint)
 
     def drain(self) -> Optional[str]:
         """``wait()`` for a run that is failing already: its own error is the one reported, so

@@ -76,7 +76,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         restored_total = checkpoints.resume(state)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
                                                    hypertune_tag=config.hypertune_metric,
-                                                   writes=writes))
+                                                   writes=writes, uploads=checkpoints.writer))
         log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs", spec.name,
                  topology.describe(), xla.device_kind(dev), path, config.precision,
                  steps_per_epoch, config.num_epochs)
@@ -245,7 +245,7 @@ class _Run:
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
                            self.checkpoints.save_final(state, self.outputs), state)
         _log_epoch(state, accuracy, self.outputs)
-        self.outputs.flush()
+        self.outputs.flush(background=True)
         return accuracy
 
 

@@ -15,24 +15,34 @@ resume from each other (Vertex's ``AIP_*`` dirs are per trial already). On a tra
 and restart at step 0 after every preemption.
 
 For gs:// the metrics file and event files are kept in a local working folder and uploaded
-whole (atomically) at every ``flush()``: per epoch, at checkpoints and at the end.
+whole (atomically) at every ``flush()``: per epoch, at checkpoints and at the end. Those of an
+epoch's end and of a checkpoint run in the background (``flush(background=True)``,
+``staged_upload``): the loop waits only for a local copy of the files that changed, and the
+upload (a request per file, each worth a step or more of a slice's time) runs in the checkpoint
+writer's thread, before the checkpoint it goes with; the last flush, and the one before a
+SIGTERM exit, wait for it.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
+from trainer.checkpoint_writer import BackgroundWriter
 from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.storage import Directory, open_dir
+
+log = logging.getLogger("trainer")
 
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -102,16 +112,23 @@ def trial_id(environ: Mapping[str, str]) -> Optional[str]:
 class RunOutputs:
     """Writes metrics, event files, the model and the summary; ``resume_step`` drops metric
     lines logged after the checkpoint a resumed run restarts from. ``writes``: False for
-    every process of a slice but one, which then writes and reports nothing."""
+    every process of a slice but one, which then writes and reports nothing. ``uploads``:
+    the background writer that runs its uploads to gs://, shared with the run's checkpoints
+    so that one thing is written at a time, in order (default: one of its own)."""
 
     def __init__(self, paths: OutputPaths, resume_step: int = 0,
-                 hypertune_tag: str = "accuracy", writes: bool = True) -> None:
+                 hypertune_tag: str = "accuracy", writes: bool = True,
+                 uploads: Optional[BackgroundWriter] = None) -> None:
         self.writes = writes
         paths = paths if writes else OutputPaths()
         self.paths = paths
         self.hypertune_tag = hypertune_tag
         self._work = tempfile.mkdtemp(prefix="trainer-outputs-")
         self._writer = None
+        self._tensorboard_local: Optional[str] = None
+        self._uploads = uploads or BackgroundWriter()
+        self._uploads_made = itertools.count()
+        self._copied: Dict[str, int] = {}  # what staged_upload copied: path -> size
         try:
             self._start(paths, resume_step)
         except BaseException:
@@ -188,14 +205,50 @@ class RunOutputs:
         self._hypertune.report_hyperparameter_tuning_metric(
             hyperparameter_metric_tag=self.hypertune_tag, metric_value=value, global_step=step)
 
-    def flush(self) -> None:
-        """Make everything written so far durable in the job dir. For gs://, only files that
-        changed since the last flush are uploaded."""
+    def flush(self, background: bool = False) -> None:
+        """Make everything written so far durable in the job dir (for gs://, the files that
+        changed since the last flush are uploaded): when this returns, or, ``background``,
+        soon: the upload of local copies runs in the uploader's thread, and while an upload
+        is going already this does nothing (the next flush takes these changes too). An
+        upload's error is raised by the next flush or checkpoint."""
+        if background:
+            if self._uploads.busy():
+                return
+            upload = self.staged_upload()
+            if upload is not None:
+                self._uploads.submit(upload, "metrics and TensorBoard files")
+            return
+        self._uploads.wait()
+        upload = self.staged_upload()
+        if upload is not None:
+            upload()
+
+    def staged_upload(self) -> Optional[Callable[[], None]]:
+        """Flush the event writer and copy the files that changed since the last call (sizes
+        differ: the files are append-only or written once) into a folder of their own; returns
+        the upload of those copies, which deletes them after (for the uploader's thread: a
+        checkpoint's write runs it first, so the metrics up to a checkpoint land before it);
+        None when there is nothing to upload (a local job dir: the files are in place)."""
         if self._writer is not None:
             self._writer.flush()
-            self._tensorboard_dir.sync_up(self._tensorboard_local, "")
-        if self._metrics_path and self.model_dir is not None:
-            self.model_dir.sync_up(self._metrics_path, METRICS)
+        staged = [(local, directory, name) for local, directory, name in (
+            (self._tensorboard_local, self._tensorboard_dir, ""),
+            (self._metrics_path, self.model_dir, METRICS))
+            if local is not None and local.startswith(os.path.join(self._work, ""))]
+        if not staged:
+            return None
+        folder = os.path.join(self._work, "upload-{}".format(next(self._uploads_made)))
+        copies = [(_copy_changed(local, os.path.join(folder, str(number)), self._copied),
+                   directory, name) for number, (local, directory, name) in enumerate(staged)]
+
+        def upload() -> None:
+            try:
+                for copy, directory, name in copies:
+                    directory.sync_up(copy, name)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
+        return upload
 
     def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self.model_dir is not None:
@@ -210,7 +263,11 @@ class RunOutputs:
 
     def release(self) -> None:
         """Close the event writer and delete the local working folder, without flushing
-        (what a failed run does after its last flush). Safe to call twice."""
+        (what a failed run does after its last flush); an upload in flight is let finish,
+        its error only logged. Safe to call twice."""
+        problem = self._uploads.drain()
+        if problem:
+            log.warning("%s", problem)
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -230,6 +287,25 @@ def _append(path: str, text: str) -> None:
     except OSError as error:
         raise StorageError("cannot write {}: {}".format(path, error.strerror),
                            "the job dir's {} must be a writable file".format(METRICS))
+
+
+def _copy_changed(source: str, target: str, copied: Dict[str, int]) -> str:
+    """Copy ``source`` (a file, or a folder's files, to the same relative paths under
+    ``target``) where its size differs from what ``copied`` (path -> size, updated) says was
+    copied before; returns ``target``, which then holds the changed files only."""
+    if os.path.isfile(source):
+        size = os.path.getsize(source)
+        if copied.get(source) != size:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(source, target)
+            copied[source] = size
+        return target
+    os.makedirs(target, exist_ok=True)
+    for folder, _, names in os.walk(source):
+        for name in names:
+            path = os.path.join(folder, name)
+            _copy_changed(path, os.path.join(target, os.path.relpath(path, source)), copied)
+    return target
 
 
 def _step_of(line: str) -> Optional[int]:

@@ -141,8 +141,9 @@ class RunCheckpoints:
         """Checkpoint the run at ``state``; returns where it goes. The loop waits only for the
         state to reach host memory (and for the write before, if it is still going): the
         write itself runs in the background (``checkpoint_writer``), unless ``wait`` (SIGTERM:
-        the run stops once it is durable). ``outputs`` are flushed with it, so the metrics up
-        to this step are durable too. Every process of a slice calls it at the same step; only
+        the run stops once it is durable). ``outputs`` are uploaded first by the same write (its
+        uploads share the writer: ``fit``), so the metrics up to this step are durable before
+        the checkpoint is. Every process of a slice calls it at the same step; only
         the writer writes."""
         if self.store is None:
             return None
@@ -161,9 +162,16 @@ class RunCheckpoints:
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
                 "torch_rng": torch.get_rng_state()}
-            outputs.flush()
+            # The metrics up to this step land before the checkpoint does: same thread, first.
+            upload = outputs.staged_upload()
             step = state.global_step  # the thread must not read ``state``: training goes on
-            self.writer.submit(lambda: self._write(step, snapshot), uri)
+
+            def write() -> None:
+                if upload is not None:
+                    upload()
+                self._write(step, snapshot)
+
+            self.writer.submit(write, "checkpoint " + uri)
             if wait:
                 self.writer.wait()
         self.saved_step, self.saved_at = state.global_step, time.monotonic()

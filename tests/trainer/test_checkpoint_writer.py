@@ -64,7 +64,7 @@ def test_a_failed_write_is_one_storage_error_in_the_caller_and_no_thread_traceba
 
 def test_an_unexpected_error_becomes_a_storage_error_naming_the_checkpoint():
     writer = BackgroundWriter()
-    writer.submit(lambda: {}["missing"], "gs://b/job/checkpoints/ckpt-000000007.pt")
+    writer.submit(lambda: {}["missing"], "checkpoint gs://b/job/checkpoints/ckpt-000000007.pt")
     with pytest.raises(StorageError) as raised:
         writer.wait()
     assert raised.value.message == ("writing checkpoint gs://b/job/checkpoints/"

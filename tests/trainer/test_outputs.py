@@ -4,6 +4,7 @@ import json
 import tempfile
 
 import pytest
+from gcs_fault_proxy import Rule
 
 from trainer.config import normalize_argv
 from trainer.errors import EX_USAGE, StorageError, TrainerError
@@ -131,3 +132,49 @@ def test_a_run_without_a_checkpoint_drops_the_lines_of_a_replica_that_died_befor
         outputs.record("train", {"loss": 1.0}, 20)
     steps = [json.loads(line)["step"] for line in (tmp_path / METRICS).read_text().splitlines()]
     assert steps == [20]
+
+
+def outputs_through(proxy, bucket, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    return RunOutputs(OutputPaths.resolve("gs://{}/job".format(bucket.name), {}))
+
+
+def metric_lines(bucket):
+    blob = bucket.get_blob("job/" + METRICS)
+    return len(blob.download_as_bytes().splitlines()) if blob is not None else 0
+
+
+def test_a_background_flush_leaves_the_upload_to_a_thread_and_the_last_flush_waits(
+        faulty_gcs, monkeypatch):
+    bucket, proxy = faulty_gcs
+    # The first upload of the metrics is held for 5 s and dropped; its retry gets through.
+    held = proxy.add(Rule(METRICS, hang_s=5, every=2))
+    with outputs_through(proxy, bucket, monkeypatch) as outputs:
+        outputs.record("train", {"loss": 1.0}, 1)
+        outputs.flush(background=True)
+        assert metric_lines(bucket) == 0  # returned while its upload is still held
+        outputs.record("train", {"loss": 0.5}, 2)
+        outputs.flush(background=True)  # one upload at a time: this one does nothing ...
+        assert held.hit.wait(60)
+        outputs.flush()  # ... and the last flush waits for the one in flight, then uploads
+        assert metric_lines(bucket) == 2
+
+
+def test_a_failed_background_upload_is_one_error_at_the_next_flush(faulty_gcs, monkeypatch):
+    bucket, proxy = faulty_gcs
+    proxy.add(Rule(METRICS, status=403))
+    with outputs_through(proxy, bucket, monkeypatch) as outputs:
+        outputs.record("train", {"loss": 1.0}, 1)
+        outputs.flush(background=True)
+        with pytest.raises(StorageError) as raised:
+            outputs.flush()
+    assert raised.value.exit_code == 74 and "\n" not in raised.value.message
+    assert METRICS in raised.value.message
+
+
+def test_a_local_job_dir_has_nothing_to_upload(tmp_path):
+    with RunOutputs(OutputPaths.resolve(str(tmp_path / "job"), {})) as outputs:
+        outputs.record("train", {"loss": 1.0}, 1)
+        assert outputs.staged_upload() is None  # written in place
+        outputs.flush(background=True)
+    assert (tmp_path / "job" / METRICS).read_text().count("\n") == 1

@@ -43,9 +43,17 @@ export DOCKER_HOST="$socket"
 client="$(pick_client)"
 if ! "$client" info >/dev/null 2>&1; then
   mkdir -p "$state"
-  setsid dockerd --data-root "$state/data" --exec-root "$state/exec" \
-    --pidfile "$state/dockerd.pid" --host "$socket" --storage-driver overlay2 \
-    --iptables=false --ip6tables=false --bridge=none >"$state/dockerd.log" 2>&1 < /dev/null &
+  # The engine outlives this script: it must not keep the caller's other open files (a pipe
+  # a caller waits to see closed, a lock file held with flock would stay held for good).
+  (
+    for fd in /proc/self/fd/*; do
+      fd="${fd##*/}"
+      [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec setsid dockerd --data-root "$state/data" --exec-root "$state/exec" \
+      --pidfile "$state/dockerd.pid" --host "$socket" --storage-driver overlay2 \
+      --iptables=false --ip6tables=false --bridge=none >"$state/dockerd.log" 2>&1 < /dev/null
+  ) &
   for _ in $(seq 60); do
     "$client" info >/dev/null 2>&1 && break
     sleep 0.5

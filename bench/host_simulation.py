@@ -11,13 +11,14 @@ real pipeline (``ShardSource`` over real photographs in shards, 2 workers on thi
 a step's time, the step time set so that supply takes the same 0.39 of it (the workers'
 supply rate measured first: two epochs and evaluations drawn flat out).
 
-The local batch (32) is what makes the stand-in step about as long as a TPU step (43-59 ms
-here, against 64 ms): what a segment's start costs the host (a device loader's threads, its
-first batch's way through them) does not shrink with the batch, so a much shorter stand-in
-step would weigh it several times more than a TPU step does (at 16 images of 64 px the step
-is about 19 ms). The scaling is still harsher than the host in one way: 2 workers busy 0.39
-of the time use 78 % of 2 cores, 32 workers about 11 % of a v5e host's 112 vCPUs, so the
-trainer process's threads find less CPU here.
+The local batch (32) is what makes the stand-in step about as long as a TPU step (45-90 ms
+here with the machine's load, against 64 ms): what a segment's start costs the host (a
+device loader's threads, its first batch's way through them: 10-35 ms here) does not shrink
+with the batch, so a much shorter stand-in step would weigh it several times more than a
+TPU step does (at 16 images of 64 px the step is about 19 ms on an idle machine). The
+scaling is still harsher than the host in one way: 2 workers busy 0.39 of the time use 78 %
+of 2 cores, 32 workers about 11 % of a v5e host's 112 vCPUs, so the trainer process's
+threads find less CPU here.
 
 The batches reach the stand-in device as they reach the trainer's steps (``trainer.fit``):
 each segment is asked for once the one before it has been consumed, and goes through

@@ -258,8 +258,9 @@ lint: $(STAMP)
 
 ## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
-## the ImageNet input pipeline on real photographs and its epoch boundary, and where a run's
-## time goes (input wait) (bench/*.py; about 60 minutes on 2 cores). bench/spmd.py --reference-examples
+## the ImageNet input pipeline on real photographs and its epoch boundary, host 0 of v5e-256
+## scaled (device busy share), and where a run's time goes (input wait) (bench/*.py; about 60
+## minutes on 2 cores). bench/spmd.py --reference-examples
 ## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
@@ -271,6 +272,7 @@ bench: $(STAMP)
 	$(PY) bench/listing.py
 	$(PY) bench/run_timing.py
 	$(PY) bench/epoch_boundary.py
+	$(PY) bench/host_simulation.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

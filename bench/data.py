@@ -16,8 +16,10 @@ as ImageNet-sized JPEGs, with its quirks), ``--images-per-class`` train images p
 3. Host-to-device bytes per image: a batch of ours (uint8) against the float32 batch the
    reference pipeline makes (goal: 4x fewer).
 4. One training epoch from fake-gcs-server with the default data workers (decode included):
-   the bytes the storage server sent (counted by a proxy in front of it, look-ahead and
-   every worker process included) over the split's bytes (goal <= 1.05); the peak memory of
+   the training shards' bytes the storage server sent (counted by a proxy in front of it,
+   look-ahead and every worker process included) over one period of the run (the end of an
+   epoch to the end of the next: the stream reads ahead across epochs) against the split's
+   bytes (goal <= 1.05); the peak memory of
    each worker and of the host (this process and its workers: PSS, shared pages counted
    once), against the data's part that the plan states (``trainer.data.plan``).
 5. End to end, ResNet-18 at 64 px, batch 16: steady examples/s from the shards with the
@@ -42,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List
+from urllib.parse import unquote
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -148,14 +151,17 @@ def read_rate(data_dir: str, rounds: int, batch: int = 64) -> Dict[str, float]:
 
 class CountingProxy(GcsFaultProxy):
     """The fault proxy without faults, counting the body bytes of the objects read through
-    it (GET answers)."""
+    it (GET answers): ``read`` all of them, ``read_train`` the training split's shards."""
 
     read = 0
+    read_train = 0
 
     def _forward(self, method: str, path: str, headers, body: bytes):
         status, answer_headers, data = super()._forward(method, path, headers, body)
         if method == "GET" and "alt=media" in path:
             self.read += len(data)
+            if "train-" in unquote(path):
+                self.read_train += len(data)
         return status, answer_headers, data
 
 
@@ -207,18 +213,28 @@ class MemorySampler(threading.Thread):
 
 def epoch_figures(data_dir: str, proxy: CountingProxy, batch: int) -> Dict[str, float]:
     """One training epoch of ``data_dir`` (read through ``proxy``) with the default data
-    workers, decoded at 224 px: bytes read over the split's, and memory against the plan."""
+    workers, decoded at 224 px: the training shards' bytes read over the split's, and memory
+    against the plan. The input stream reads ahead across an epoch's end (into the evaluation
+    and the next epoch), so one period of a run is measured: from the end of epoch 0's last
+    batch to the end of epoch 1's, its evaluation included; reads ahead in, reads ahead out."""
     from trainer.data.workers import auto_workers
 
     source = ShardSource(data_dir, SIZE, batch, auto_workers(), 1)
-    proxy.read = 0  # the index was read: an epoch's reads start here
     before = _memory(os.getpid(), "Pss:")
-    sampler = MemorySampler()
-    sampler.start()
-    steps = sum(1 for _ in source.train_batches(0))
-    sampler.done.set()
-    sampler.join()
-    return {"workers": source.workers, "steps": steps, "read": proxy.read,
+    try:
+        for _ in source.train_batches(0):
+            pass
+        proxy.read_train = 0
+        sampler = MemorySampler()
+        sampler.start()
+        for _ in source.eval_batches():
+            pass
+        steps = sum(1 for _ in source.train_batches(1))
+        sampler.done.set()
+        sampler.join()
+    finally:
+        source.close()
+    return {"workers": source.workers, "steps": steps, "read": proxy.read_train,
             "split": source.index.size("train"), "worker_private": sampler.worker_private,
             "worker_rss": sampler.worker_rss, "host": sampler.host, "before": before,
             "plan_worker": source.plan.worker_ram, "plan_host": source.plan.host_ram,
@@ -241,8 +257,9 @@ def steady_rate(flags: List[str]) -> float:
 
 def print_epoch(figures: Dict[str, float]) -> None:
     figures = dict(figures, host_added=figures["host"] - figures["before"])
-    print("one epoch from fake-gcs-server, {workers} data worker(s), {steps} steps: read {read} "
-          "bytes of {split} in the train shards, {ratio:.3f}x".format(
+    print("an epoch and its evaluation from fake-gcs-server (epoch 1, after epoch 0), {workers} "
+          "data worker(s), {steps} steps: read {read} bytes of the train shards' {split}, "
+          "{ratio:.3f}x".format(
               ratio=figures["read"] / figures["split"], **figures))
     print("  peak memory: a worker {:.0f} MB of its own ({:.0f} MB RSS with the pages it shares "
           "with the trainer); the host {:.0f} MB (PSS of the trainer and its workers), {:.0f} MB "

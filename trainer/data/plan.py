@@ -19,9 +19,8 @@ measures the totals):
   batches of the group being put together, and up to ``LOADER_HELD_BATCHES`` that the device
   loader holds until they are copied to the devices (counted there too, though the trainer
   builds mixed steps in its own memory); the same across an epoch's end and an evaluation,
-  which the workers build ahead;
-- the trainer's side holds a copy of the group's local batches end to end, which the mixed
-  steps are taken from;
+  which the workers build ahead (the trainer builds each mixed step from the group's
+  batches in its own memory: one local batch, counted as the device loader's);
 - each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
@@ -113,10 +112,14 @@ class Plan:
         return shared_memory(self.shape)
 
     @property
+    def decoded_bytes(self) -> int:
+        return decoded_bytes(self.shape)
+
+    @property
     def host_ram(self) -> int:
         """RAM the data takes on one host: the runs the workers hold and the decoded batches
         in flight (``/dev/shm`` is RAM too)."""
-        return max(1, self.shape.workers) * self.worker_ram + decoded_bytes(self.shape)
+        return max(1, self.shape.workers) * self.worker_ram + self.decoded_bytes
 
     @property
     def host_total(self) -> int:
@@ -161,12 +164,11 @@ def shared_memory(shape: SliceShape) -> int:
 
 
 def decoded_bytes(shape: SliceShape) -> int:
-    """All decoded data alive on a host: ``shared_memory`` (without workers: the one unit
-    the trainer builds and ``held_batches``) and the trainer's copy of a group end to end."""
-    group = epoch_order.MIXING_STEPS * batch_bytes(shape)
+    """All decoded data alive on a host: ``shared_memory``; without workers, the one unit
+    the trainer builds and ``held_batches``, in its own memory."""
     if not shape.workers:
-        return unit_bytes(shape) + held_batches() * batch_bytes(shape) + group
-    return shared_memory(shape) + group
+        return unit_bytes(shape) + held_batches() * batch_bytes(shape)
+    return shared_memory(shape)
 
 
 def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 0) -> Plan:
@@ -229,15 +231,15 @@ def plan_lines(plan: Plan) -> List[str]:
         "read per epoch by all hosts: {} of {} of training shards ({:.3f}x)".format(
             _size(plan.read_per_epoch), _size(plan.train_size),
             plan.read_per_epoch / plan.train_size),
-        "data memory per host: {} RAM ({} x {} runs of up to {} encoded; decoded, {} units of "
-        "up to {} in flight and {} local batches of {} held, a group of {} mixed steps and "
-        "its copy); /dev/shm needs {} of it; with the worker processes' own (about {} each) "
-        "about {} in all".format(
+        "data memory per host: {} RAM ({} x {} runs of up to {} encoded; decoded, {} "
+        "unit{} of up to {} in flight and {} local batches of {} held: a mixing group of {} "
+        "steps and the device loader's {}); /dev/shm needs {} of it; with the worker "
+        "processes' own (about {} each) about {} in all".format(
             _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
             _size(max(plan.worker.largest_run, plan.largest_eval_run)),
-            max(1, shape.workers * PREFETCH_BATCHES), _size(plan.unit_bytes),
-            held_batches() + epoch_order.MIXING_STEPS, _size(plan.batch_bytes),
-            epoch_order.MIXING_STEPS, _size(plan.shared_memory),
+            max(1, shape.workers * PREFETCH_BATCHES), _s(max(1, shape.workers * PREFETCH_BATCHES)),
+            _size(plan.unit_bytes), held_batches(), _size(plan.batch_bytes),
+            epoch_order.MIXING_STEPS, LOADER_HELD_BATCHES, _size(plan.shared_memory),
             _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
     ]
 

@@ -166,10 +166,9 @@ class Stream:
         self.at: Optional[Position] = None  # where the stream is, None: not running
         self.items: Optional[Iterator[Item]] = None
         self.next_unit = 0
-        # The group being trained: ((kind, epoch, its steps), images, labels of its original
-        # steps' local batches end to end); None before the first.
-        self.held: Optional[Tuple[Tuple[str, Optional[int], range], torch.Tensor,
-                                  torch.Tensor]] = None
+        # The group being trained: ((kind, epoch, its steps), its original steps' local
+        # batches); None before the first.
+        self.held: Optional[Tuple[Tuple[str, Optional[int], range], List[Batch]]] = None
         self.generation = 0  # a newer request makes the iterators of older ones stale
         self.lock = threading.Lock()
 
@@ -227,10 +226,10 @@ class Stream:
                     return  # a newer request took the stream over
                 if self.held is None or self.held[0] != (kind, epoch, group):
                     self.held = None  # its memory goes before the next group's comes
-                    self.held = ((kind, epoch, group),) + _together(
-                        [self._original_step(original, cut.local_batch) for original in group])
-                batch = (self.held[1:] if len(group) == 1 else _mixed(
-                    self.held[1], self.held[2], mixing.rows(step, cut, self.spec.host)))
+                    self.held = ((kind, epoch, group), [
+                        self._original_step(original, cut.local_batch) for original in group])
+                batch = (self.held[1][0] if len(group) == 1 else _mixed(
+                    self.held[1], mixing.rows(step, cut, self.spec.host), cut.local_batch))
                 step += 1
                 self.at = (kind, epoch, step)
             yield batch
@@ -273,17 +272,18 @@ def _joined(parts: Sequence[Item], rows: int) -> Batch:
     return pad_batch(x, y, rows)
 
 
-def _together(batches: Sequence[Batch]) -> Batch:
-    """A group's local batches end to end (one batch as it is: no copy)."""
-    if len(batches) == 1:
-        return batches[0]
-    return torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
-
-
-def _mixed(images: torch.Tensor, labels: torch.Tensor, rows: List[int]) -> Batch:
-    """Rows ``rows`` (``Mixing.rows``) of a group's local batches end to end."""
-    index = torch.tensor(rows, dtype=torch.int64)
-    return images.index_select(0, index), labels.index_select(0, index)
+def _mixed(batches: Sequence[Batch], rows: List[int], local: int) -> Batch:
+    """Rows ``rows`` (``Mixing.rows``: rows of ``batches``, each of ``local`` rows, end to
+    end) as one batch. A row keeps its place, only its batch changes, so each batch gives
+    the rows it holds straight into place: no copy of the whole group."""
+    which = torch.div(torch.tensor(rows, dtype=torch.int64), local, rounding_mode="floor")
+    x = torch.empty_like(batches[0][0])
+    y = torch.empty_like(batches[0][1])
+    for number, (pixels, labels) in enumerate(batches):
+        taken = (which == number).nonzero().squeeze(1)
+        x.index_copy_(0, taken, pixels.index_select(0, taken))
+        y.index_copy_(0, taken, labels.index_select(0, taken))
+    return x, y
 
 
 def stream_spec(train: ShardReader, val: ShardReader, cuts: Dict[str, epoch_order.Cut],

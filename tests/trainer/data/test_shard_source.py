@@ -120,6 +120,37 @@ def test_every_host_and_worker_together_see_each_example_once(photo_shards, gcs,
     assert same(flat(resumed.train_batches(epoch, 3)), trained[1][3:])
 
 
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_each_step_holds_what_epoch_order_says_mixed_in_groups_of_4(photo_shards, hosts):
+    # The stream's steps, example by example, are ``epoch_order.trained``'s; and mixing took
+    # examples from one of a group's steps to another.
+    from trainer.data import epoch_order
+
+    epoch, batch = 3, 8
+    examples = split_examples(photo_shards, "train")
+    table = {bytes(images.train_image(data, SIZE, images.draws(SEED, epoch, key)).numpy()): key
+             for key, data, _ in examples}
+    counts = [shard.count for shard in source(photo_shards).train.shards]
+    keys = {}
+    for number, count in enumerate(counts):
+        for row in range(count):
+            keys[number, row] = examples[sum(counts[:number]) + row][0]
+    order = epoch_order.train_order(counts, SEED, epoch)
+    for host in range(hosts):
+        data = source(photo_shards, batch, host=HostPart(host, hosts))
+        mixing = epoch_order.Mixing(SEED, epoch, data.steps_per_epoch)
+        unmixed = epoch_order.Mixing(SEED, epoch, data.steps_per_epoch, 1)
+        trained = [identities(x, table) for x, _ in flat(data.train_batches(epoch))]
+        assert trained == [[keys[row] for row in epoch_order.trained(order, data.cut, mixing,
+                                                                     step, host)]
+                           for step in range(data.steps_per_epoch)]
+        originals = [[keys[row] for row in epoch_order.trained(order, data.cut, unmixed, step,
+                                                               host)]
+                     for step in range(data.steps_per_epoch)]
+        assert trained != originals
+        assert sorted(map(sorted, trained[:4])) != sorted(map(sorted, originals[:4]))
+
+
 def test_resuming_reads_nothing_before_the_steps_group_and_an_epoch_reads_each_byte_once(
         photo_shards):
     data = source(photo_shards, batch=8)

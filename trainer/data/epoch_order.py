@@ -190,6 +190,8 @@ class Mixing:
     def sources(self, step: int, positions: Iterable[int]) -> List[int]:
         """The original step that each of ``positions`` (of the global batch) of trained
         step ``step`` comes from."""
+        if not 0 <= step < self.steps:
+            raise IndexError("step {} of an epoch of {}".format(step, self.steps))
         group = self.group(step)
         count = len(group)
         if count == 1:

@@ -119,3 +119,17 @@ def test_shards_resume_with_any_worker_count_but_not_with_another_seed(photo_sha
     assert raised.value.exit_code == 64
     assert "read its data with seed=1; this run with seed=2" in raised.value.message
     assert "seed=1 resumes at the same data position" in raised.value.hint
+    # A checkpoint of the order before block boundaries moved and steps were mixed (issue
+    # 31): its same step is other examples, so it is refused too, naming what changed.
+    saved = sorted((tmp_path / "checkpoints").iterdir())[-1]
+    snapshot = torch.load(str(saved), map_location="cpu", weights_only=False)
+    assert snapshot["data_layout"] == {"seed": 1, "block_examples": 32, "block_boundaries": 2,
+                                       "mixing_steps": 4}
+    snapshot["data_layout"] = {"seed": 1, "block_examples": 32}
+    torch.save(snapshot, str(saved))
+    with pytest.raises(TrainerError) as raised:
+        imagenet.run(TrainConfig(data_dir=str(photo_shards), **dict(SMALL, num_epochs=3)),
+                     paths=OutputPaths.resolve(str(tmp_path), {}))
+    assert raised.value.exit_code == 64
+    assert ("read its data with block_boundaries=None mixing_steps=None; this run with "
+            "block_boundaries=2 mixing_steps=4") in raised.value.message

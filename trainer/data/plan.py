@@ -15,9 +15,12 @@ measures the totals):
   unpacked, and the runs fetched ahead; a run is one work unit of the stream, whole pieces of
   one step's local batch) plus one piece;
 - decoded units cross from the workers to the trainer in shared memory (``/dev/shm``): up to
-  ``PREFETCH_BATCHES`` per worker, one step being put together, and up to
-  ``LOADER_HELD_BATCHES`` that the device loader holds until they are copied to the devices;
-  the same across an epoch's end and an evaluation, which the workers build ahead;
+  ``PREFETCH_BATCHES`` per worker (``unit_bytes`` each at most), the ``MIXING_STEPS`` local
+  batches of the group being put together, and up to ``LOADER_HELD_BATCHES`` that the device
+  loader holds until they are copied to the devices (counted there too, though the trainer
+  builds mixed steps in its own memory); the same across an epoch's end and an evaluation,
+  which the workers build ahead (the trainer builds each mixed step from the group's
+  batches in its own memory: one local batch, counted as the device loader's);
 - each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
@@ -37,8 +40,13 @@ from trainer.data.shard_reads import RUNS_AHEAD
 from trainer.device_prefetch import LOADER_HELD_BATCHES
 from trainer.errors import EX_USAGE, DataError, TrainerError
 
-# The DataLoader's prefetch_factor: batches each worker may have built and not yet handed over.
-PREFETCH_BATCHES = 2
+# The DataLoader's prefetch_factor: work units each worker may have built (or be building) and
+# not yet handed over. An original step is at most one unit per worker (``epoch_order.units``),
+# so the W * PREFETCH_BATCHES units in flight are at least PREFETCH_BATCHES whole steps: the
+# trainer takes a mixing group's MIXING_STEPS original steps before the group's first step
+# trains, and one step more keeps every worker building meanwhile, so that in steady state the
+# next group is ready when a group's last step has trained.
+PREFETCH_BATCHES = epoch_order.MIXING_STEPS + 1
 # What a data worker process holds of its own besides the runs it reads: decoder buffers and
 # the pages it copies from the trainer it was forked from. Measured by bench/data.py (182 MB
 # at 224 px, peak), rounded up: an estimate for the host's total, not a limit.
@@ -96,19 +104,22 @@ class Plan:
         return (RUNS_AHEAD + 1) * max(self.worker.largest_run, self.largest_eval_run)
 
     @property
-    def batches_in_flight(self) -> int:
-        return batches_in_flight(self.shape.workers)
+    def unit_bytes(self) -> int:
+        return unit_bytes(self.shape)
 
     @property
     def shared_memory(self) -> int:
         return shared_memory(self.shape)
 
     @property
+    def decoded_bytes(self) -> int:
+        return decoded_bytes(self.shape)
+
+    @property
     def host_ram(self) -> int:
-        """RAM the data takes on one host: the runs the workers hold and the batches in
-        flight (``/dev/shm`` is RAM too)."""
-        return (max(1, self.shape.workers) * self.worker_ram
-                + self.batches_in_flight * self.batch_bytes)
+        """RAM the data takes on one host: the runs the workers hold and the decoded batches
+        in flight (``/dev/shm`` is RAM too)."""
+        return max(1, self.shape.workers) * self.worker_ram + self.decoded_bytes
 
     @property
     def host_total(self) -> int:
@@ -125,19 +136,39 @@ def batch_bytes(shape: SliceShape) -> int:
     return local * (CHANNELS * shape.image_size ** 2 + 8)
 
 
-def batches_in_flight(workers: int) -> int:
-    """Decoded local batches alive at once on a host, at any step and across epoch and
-    evaluation boundaries alike (the stream builds the next segment's units while one ends,
-    and ``batch_bytes`` is the larger segment's): the work units the workers built and have
-    not handed over (each at most a local batch), the step the trainer is putting together
-    from them, and those the device loader holds (without workers: the one the trainer
-    builds)."""
-    return LOADER_HELD_BATCHES + (workers * PREFETCH_BATCHES + 1 if workers else 1)
+def unit_bytes(shape: SliceShape) -> int:
+    """One decoded work unit at most: ``epoch_order.parts_of`` cuts a step of ``L`` rows into
+    ``min(workers, pieces)`` units, each a single piece (a part of one block, at most
+    ``BLOCK_EXAMPLES`` rows) or fewer than ``L / workers`` rows and one piece more."""
+    local = max(shape.batch, shape.eval_batch) // shape.hosts
+    rows = min(local, -(-local // max(1, shape.workers)) + epoch_order.BLOCK_EXAMPLES)
+    return rows * (CHANNELS * shape.image_size ** 2 + 8)
+
+
+def held_batches() -> int:
+    """Decoded local batches the trainer's side holds besides the units in flight: a mixing
+    group's original steps being put together and those the device loader holds."""
+    return epoch_order.MIXING_STEPS + LOADER_HELD_BATCHES
 
 
 def shared_memory(shape: SliceShape) -> int:
-    """``/dev/shm`` a host's batches in flight need (none without worker processes)."""
-    return batches_in_flight(shape.workers) * batch_bytes(shape) if shape.workers else 0
+    """``/dev/shm`` a host's decoded data needs (none without worker processes), at any
+    step and across epoch and evaluation boundaries alike (the stream builds the next
+    segment's units while one ends, and ``batch_bytes`` and ``unit_bytes`` are the larger
+    segment's): the work units the workers built and have not handed over, and
+    ``held_batches``."""
+    if not shape.workers:
+        return 0
+    return (shape.workers * PREFETCH_BATCHES * unit_bytes(shape)
+            + held_batches() * batch_bytes(shape))
+
+
+def decoded_bytes(shape: SliceShape) -> int:
+    """All decoded data alive on a host: ``shared_memory``; without workers, the one unit
+    the trainer builds and ``held_batches``, in its own memory."""
+    if not shape.workers:
+        return unit_bytes(shape) + held_batches() * batch_bytes(shape)
+    return shared_memory(shape)
 
 
 def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 0) -> Plan:
@@ -200,12 +231,15 @@ def plan_lines(plan: Plan) -> List[str]:
         "read per epoch by all hosts: {} of {} of training shards ({:.3f}x)".format(
             _size(plan.read_per_epoch), _size(plan.train_size),
             plan.read_per_epoch / plan.train_size),
-        "data memory per host: {} RAM ({} x {} runs of up to {} encoded, {} decoded batches "
-        "of {} in flight); /dev/shm needs {} of it; with the worker processes' own (about {} "
-        "each) about {} in all".format(
+        "data memory per host: {} RAM ({} x {} runs of up to {} encoded; decoded, {} "
+        "unit{} of up to {} in flight and {} local batches of {} held: a mixing group of {} "
+        "steps and the device loader's {}); /dev/shm needs {} of it; with the worker "
+        "processes' own (about {} each) about {} in all".format(
             _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
             _size(max(plan.worker.largest_run, plan.largest_eval_run)),
-            plan.batches_in_flight, _size(plan.batch_bytes), _size(plan.shared_memory),
+            max(1, shape.workers * PREFETCH_BATCHES), _s(max(1, shape.workers * PREFETCH_BATCHES)),
+            _size(plan.unit_bytes), held_batches(), _size(plan.batch_bytes),
+            epoch_order.MIXING_STEPS, LOADER_HELD_BATCHES, _size(plan.shared_memory),
             _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
     ]
 

@@ -2,9 +2,10 @@
 ``gs://`` through the project's storage layer (its one retry policy).
 
 What each step holds is ``trainer.data.epoch_order``'s: an epoch is the training split's
-blocks of consecutive examples of a shard, shuffled by (seed, epoch), cut into global
-batches (``N // global batch`` steps: every example once, fewer than one global batch left
-out); each host loads its part of every global batch from a few ranged reads
+blocks of consecutive examples of a shard (their boundaries moved by (seed, epoch)),
+shuffled by (seed, epoch), cut into global batches (``N // global batch`` steps: every
+example once, fewer than one global batch left out), mixed position by position in groups
+of ``MIXING_STEPS`` steps; each host loads its part of every global batch from a few ranged reads
 (``trainer.data.shard_reads``, located and checked by the index's example tables), built by
 its data workers as one stream for the whole run (``trainer.data.stream``: the workers start
 once, split each step into work units of whole pieces, and build the evaluation and the next
@@ -61,12 +62,14 @@ class ShardSource(DataSource):
                                         host.count, padded=True)
         self.steps_per_epoch, self.eval_steps = self.cut.steps, self.eval_cut.steps
         # The order depends on these besides the global batch (checked when a run resumes).
-        self.layout = {"seed": seed, "block_examples": epoch_order.BLOCK_EXAMPLES}
+        self.layout = {"seed": seed, "block_examples": epoch_order.BLOCK_EXAMPLES,
+                       "block_boundaries": epoch_order.BOUNDARY_SCHEME,
+                       "mixing_steps": epoch_order.MIXING_STEPS}
         self.plan = plan.make_plan(self.index, plan.SliceShape(
             host.count, devices or host.count, batch_size, self.eval_batch_size, num_workers,
             image_size), seed)
         shared_memory.check(self.plan.shared_memory, num_workers,
-                            plan.PREFETCH_BATCHES * self.plan.batch_bytes)
+                            plan.PREFETCH_BATCHES * self.plan.unit_bytes)
         self.stream = stream.Stream(stream.stream_spec(
             self.train, self.val, {stream.TRAIN: self.cut, stream.EVAL: self.eval_cut},
             host.index, seed, image_size, num_workers))

@@ -12,6 +12,7 @@ import shard_sets
 
 from conftest import REPO, clean_environ
 from trainer.data import plan
+from trainer.data.epoch_order import MIXING_STEPS
 from trainer.data.shard_reads import RUNS_AHEAD
 
 N = shard_sets.IMAGENET_TRAIN
@@ -38,8 +39,14 @@ def test_imagenet_on_a_slice_trains_on_all_but_one_global_batch(hosts, chips, pe
     assert math.ceil(figures.steps_per_epoch / 32) <= figures.worker.runs
     local = batch // hosts
     assert figures.batch_bytes == local * (3 * 224 * 224 + 8)
-    assert figures.shared_memory == (32 * plan.PREFETCH_BATCHES + 1
-                                     + plan.LOADER_HELD_BATCHES) * figures.batch_bytes
+    # A unit is at most ceil(local / 32) + 32 rows (a part of a step cut for 32 workers and
+    # one piece more); 32 workers have PREFETCH_BATCHES each in flight, enough for a mixing
+    # group and a step more, and the trainer holds a group and the device loader's batches.
+    assert plan.PREFETCH_BATCHES == MIXING_STEPS + 1
+    assert figures.unit_bytes == min(local, -(-local // 32) + 32) * (3 * 224 * 224 + 8)
+    assert figures.shared_memory == (32 * plan.PREFETCH_BATCHES * figures.unit_bytes
+                                     + (MIXING_STEPS + plan.LOADER_HELD_BATCHES)
+                                     * figures.batch_bytes)
     assert figures.worker_ram == (RUNS_AHEAD + 1) * max(figures.worker.largest_run,
                                                         figures.largest_eval_run)
     assert figures.host_ram == 32 * figures.worker_ram + figures.shared_memory
@@ -73,10 +80,10 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
     assert "; 156 steps per epoch cover 99.75% of them, each once (3,215 left out" in lines[1]
     assert lines[2] == ("evaluation: 50,000 examples in global batches of 8192: 7 steps, 7,344 "
                         "padding (in the last step)")
-    assert lines[3].startswith("per data worker per epoch, at most: 85 runs (work units), 85 "
+    assert lines[3].startswith("per data worker per epoch, at most: 86 runs (work units), 86 "
                                "ranged reads, ")
     assert lines[4].startswith("read per epoch by all hosts: ")
-    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 5.5 GB" in lines[5]
+    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 1.9 GB" in lines[5]
 
 
 @pytest.mark.parametrize("args, text", [

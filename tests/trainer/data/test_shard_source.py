@@ -70,8 +70,9 @@ class CountingReads:
 
 def test_an_epoch_is_whole_batches_of_distinct_examples_in_a_seeded_order(photo_shards):
     data = source(photo_shards, batch=8)
-    assert data.steps_per_epoch == 24 and data.layout == {"seed": SEED,
-                                                          "block_examples": BLOCK_EXAMPLES}
+    assert data.steps_per_epoch == 24 and data.layout == {
+        "seed": SEED, "block_examples": BLOCK_EXAMPLES, "block_boundaries": 2,
+        "mixing_steps": 4}
     epoch = flat(data.train_batches(0))
     assert len(epoch) == 24
     assert all(x.shape == (8, 3, SIZE, SIZE) and x.dtype == torch.uint8 for x, _ in epoch)
@@ -100,6 +101,11 @@ def test_every_host_and_worker_together_see_each_example_once(photo_shards, gcs,
     assert all(len(batches) == parts[0].steps_per_epoch == 192 // batch for batches in trained)
     keys = [key for batches in trained for x, _ in batches for key in identities(x, train)]
     assert len(set(keys)) == len(keys) == 192 // batch * batch and 192 - len(keys) < batch
+    # The hosts' parts of a step, side by side, are the step one host trains.
+    alone = flat(source(shards, batch, workers).train_batches(epoch))
+    assert same([(torch.cat([batches[step][0] for batches in trained]),
+                  torch.cat([batches[step][1] for batches in trained]))
+                 for step in range(len(alone))], alone)
 
     evaluated = [flat(part.eval_batches()) for part in parts]
     assert all(len(batches) == parts[0].eval_steps <= -(-64 // (eval_per_host * hosts)) + 1
@@ -114,14 +120,46 @@ def test_every_host_and_worker_together_see_each_example_once(photo_shards, gcs,
     assert same(flat(resumed.train_batches(epoch, 3)), trained[1][3:])
 
 
-def test_resuming_reads_nothing_before_the_step_and_an_epoch_reads_each_byte_once(
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_each_step_holds_what_epoch_order_says_mixed_in_groups_of_4(photo_shards, hosts):
+    # The stream's steps, example by example, are ``epoch_order.trained``'s; and mixing took
+    # examples from one of a group's steps to another.
+    from trainer.data import epoch_order
+
+    epoch, batch = 3, 8
+    examples = split_examples(photo_shards, "train")
+    table = {bytes(images.train_image(data, SIZE, images.draws(SEED, epoch, key)).numpy()): key
+             for key, data, _ in examples}
+    counts = [shard.count for shard in source(photo_shards).train.shards]
+    keys = {}
+    for number, count in enumerate(counts):
+        for row in range(count):
+            keys[number, row] = examples[sum(counts[:number]) + row][0]
+    order = epoch_order.train_order(counts, SEED, epoch)
+    for host in range(hosts):
+        data = source(photo_shards, batch, host=HostPart(host, hosts))
+        mixing = epoch_order.Mixing(SEED, epoch, data.steps_per_epoch)
+        unmixed = epoch_order.Mixing(SEED, epoch, data.steps_per_epoch, 1)
+        trained = [identities(x, table) for x, _ in flat(data.train_batches(epoch))]
+        assert trained == [[keys[row] for row in epoch_order.trained(order, data.cut, mixing,
+                                                                     step, host)]
+                           for step in range(data.steps_per_epoch)]
+        originals = [[keys[row] for row in epoch_order.trained(order, data.cut, unmixed, step,
+                                                               host)]
+                     for step in range(data.steps_per_epoch)]
+        assert trained != originals
+        assert sorted(map(sorted, trained[:4])) != sorted(map(sorted, originals[:4]))
+
+
+def test_resuming_reads_nothing_before_the_steps_group_and_an_epoch_reads_each_byte_once(
         photo_shards):
     data = source(photo_shards, batch=8)
     data.train.root = counting = CountingReads(data.root)
     assert len(flat(data.train_batches(0, 22))) == 2
-    # Steps 22 and 23 are 16 examples: the reads are exactly theirs.
+    # Steps 22 and 23 are mixed with 20 and 21 (a group of 4): the reads are exactly the
+    # group's original steps'.
     assert sum(length for _, _, length in counting.reads) == sum(
-        data.train.piece_bytes(piece) for step, pieces in _steps(data, 0) if step >= 22
+        data.train.piece_bytes(piece) for step, pieces in _steps(data, 0) if step >= 20
         for piece in pieces)
     counting.reads.clear()
     flat(data.train_batches(1))
@@ -143,7 +181,9 @@ def test_a_resumed_epoch_is_the_rest_of_the_same_epoch(photo_shards, workers):
     data = source(photo_shards, batch=8, workers=workers)
     whole = flat(data.train_batches(2))
     assert len(whole) == data.steps_per_epoch == 24
-    for start in (1, 4, data.steps_per_epoch - 1):
+    # 24 steps in 6 mixing groups of 4: resumed at a group's first, second and last step
+    # and the epoch's last.
+    for start in (1, 3, 4, 5, data.steps_per_epoch - 1):
         assert same(flat(data.train_batches(2, start)), whole[start:]), start
 
 

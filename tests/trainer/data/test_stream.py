@@ -91,3 +91,23 @@ def test_a_request_it_did_not_anticipate_starts_the_stream_there(photo_shards):
 def _zombie(pid):
     with open("/proc/{}/stat".format(pid)) as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] in "ZX"
+
+
+def test_a_run_stopped_within_a_mixing_group_continues_from_the_group_it_holds(photo_shards):
+    # --num_steps=6 stops in the group of steps 4 to 7, whose units the workers have built:
+    # asked for step 6 next, the stream goes on with the same workers and the group it
+    # holds, and the steps are those of a stream started at step 6.
+    data = source(photo_shards, 3)
+    whole = source(photo_shards, 0)
+    try:
+        first = iter(data.train_batches(0))
+        part = [next(first) for _ in range(6)]
+        pids = worker_pids(data)
+        rest = flat(data.train_batches(0, 6))
+        assert worker_pids(data) == pids  # not started again
+        epoch = flat(whole.train_batches(0))
+        assert same(flat(part), epoch[:6]) and same(rest, epoch[6:])
+        assert same(flat(whole.train_batches(0, 6)), epoch[6:])
+    finally:
+        data.close()
+        whole.close()

@@ -48,9 +48,10 @@ from trainer.errors import EX_USAGE, DataError, TrainerError
 # next group is ready when a group's last step has trained.
 PREFETCH_BATCHES = epoch_order.MIXING_STEPS + 1
 # What a data worker process holds of its own besides the runs it reads: decoder buffers and
-# the pages it copies from the trainer it was forked from. Measured by bench/data.py (182 MB
-# at 224 px, peak), rounded up: an estimate for the host's total, not a limit.
-WORKER_PROCESS_BYTES = 200 * 10 ** 6
+# the pages it copies from the trainer it was forked from. Measured by bench/data.py (245 to
+# 248 MB at 224 px, peak over an epoch and its evaluation, 4 runs; 182 MB over one epoch before
+# the stream), rounded up: an estimate for the host's total, not a limit.
+WORKER_PROCESS_BYTES = 260 * 10 ** 6
 CHANNELS = 3
 
 

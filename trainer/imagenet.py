@@ -73,8 +73,8 @@ def _normalize_uint8(module: torch.nn.Module, args: tuple) -> Optional[tuple]:
 
 def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEVICE
                ) -> DataSource:
-    """The data of ``config`` in global batches over ``topology``'s devices; this host's
-    part of each."""
+    """ImageNet's data for ``config`` (shards, a class-folder tree, or ``--fake_data``) in
+    global batches over ``topology``'s devices, this host's part of each."""
     batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
                                                    topology)
     if config.fake_data:

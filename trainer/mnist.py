@@ -65,8 +65,8 @@ def define_flags(flag_values: Any = FLAGS) -> None:
 
 def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEVICE
                ) -> DataSource:
-    """The data of ``config`` in global batches over ``topology``'s devices; this host's
-    part of each."""
+    """MNIST's data for ``config`` (the IDX files, or ``--fake_data``) in global batches over
+    ``topology``'s devices, this host's part of each."""
     batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
                                                    topology)
     if config.fake_data:

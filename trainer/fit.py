@@ -151,7 +151,7 @@ class _Placement:
         the input's alone): the loader must then not cut again (it would on the lazy path,
         and an empty cut still costs about a millisecond a step)."""
         path = xla.COMPILED if loop_cuts else steps.path  # COMPILED: the loader never cuts
-        loaded = xla.device_loader(batches, steps.device, path, self.sharding)
+        loaded = xla.device_loader(batches, steps.device, path, self.sharding, steps.path)
         if self.sharding is not None and xla.collectives_need_lockstep():
             return _one_step_in_flight(loaded)
         return loaded

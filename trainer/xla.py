@@ -19,7 +19,7 @@ import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
-from trainer.device_prefetch import DEVICE_PREFETCH_BATCHES, LOADER_PREFETCH_BATCHES
+from trainer.device_prefetch import LOADER_PREFETCH_BATCHES, TRANSFER_BATCHES
 from trainer.errors import TrainerError
 
 log = logging.getLogger("trainer")
@@ -66,15 +66,19 @@ def wait() -> None:
 
 
 def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
-                  sharding: Optional["BatchSharding"] = None) -> Iterable:
+                  sharding: Optional["BatchSharding"] = None,
+                  step_path: Optional[str] = None) -> Iterable:
     """``batches`` on ``dev``, copied in the background by torch_xla's loader (host-to-device
     copies overlap compute). Lazy path: the loader also cuts the graph (one ``mark_step``)
     after every batch. Compiled path: nothing is cut, since the compiled steps leave no pending
     graph and a sync would only add host work per step; callers ``sync()`` where step closures
     must run. With ``sharding`` (SPMD), each batch is copied once, split over the devices
     along its first dimension. An exception of ``batches`` is raised here, after the batches
-    before it. Each batch is copied as soon as it is built (``trainer.device_prefetch``)."""
-    options: Dict[str, Any] = prefetch_options()
+    before it. ``step_path``: the path the steps run on, when it is not ``path`` (a lazy loop
+    that cuts its steps itself passes ``COMPILED`` as ``path``); it sets how many batches go
+    per copy (``trainer.device_prefetch``: one on the compiled path, as soon as it is
+    built)."""
+    options: Dict[str, Any] = prefetch_options(step_path=step_path or path)
     if path == COMPILED:
         options["batches_per_execution"] = _NEVER
     if sharding is not None:
@@ -87,9 +91,11 @@ def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
 _NEVER = 2 ** 62  # batches between the loader's syncs
 
 
-def prefetch_options(accepted: Optional[Sequence[str]] = None) -> Dict[str, int]:
-    """The device loader's queue sizes (``trainer.device_prefetch``) that this torch_xla's
-    ``ParallelLoader`` takes (``accepted``: its parameter names; default: read from it). Both
+def prefetch_options(accepted: Optional[Sequence[str]] = None,
+                     step_path: str = COMPILED) -> Dict[str, int]:
+    """The device loader's queue sizes for ``step_path`` (``trainer.device_prefetch``) that
+    this torch_xla's ``ParallelLoader`` takes (``accepted``: its parameter names; default:
+    read from it). Both
     exist in 1.x and 2.x; should one be missing, the loader keeps its own default and the
     log says so once."""
     if accepted is None:
@@ -97,7 +103,7 @@ def prefetch_options(accepted: Optional[Sequence[str]] = None) -> Dict[str, int]
 
         accepted = list(inspect.signature(ParallelLoader.__init__).parameters)
     wanted = {"loader_prefetch_size": LOADER_PREFETCH_BATCHES,
-              "device_prefetch_size": DEVICE_PREFETCH_BATCHES}
+              "device_prefetch_size": TRANSFER_BATCHES[step_path]}
     missing = sorted(set(wanted) - set(accepted))
     if missing and not _said_missing:
         _said_missing.append(True)

@@ -11,7 +11,7 @@ import torch
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 from trainer import xla  # noqa: E402
-from trainer.device_prefetch import DEVICE_PREFETCH_BATCHES, LOADER_PREFETCH_BATCHES  # noqa: E402
+from trainer.device_prefetch import LOADER_PREFETCH_BATCHES, TRANSFER_BATCHES  # noqa: E402
 from trainer.errors import DataError  # noqa: E402
 
 
@@ -38,7 +38,8 @@ def test_an_error_of_the_batches_is_raised_after_the_batches_before_it(path):
 
 def test_the_first_batch_reaches_the_device_before_the_second_is_built():
     # torch_xla's default loader collected 8 host batches before its first copy to the
-    # device: a slow pipeline's first step waited for 8 batches instead of one.
+    # device: a slow pipeline's first step waited for 8 batches instead of one (the compiled
+    # path's; the lazy path copies 4 at a time, device_prefetch says why).
     first_arrived = threading.Event()
     waited_in_vain = []
 
@@ -48,7 +49,7 @@ def test_the_first_batch_reaches_the_device_before_the_second_is_built():
             if number == 0 and not first_arrived.wait(20):
                 waited_in_vain.append(True)
 
-    loaded = iter(xla.device_loader(slow_batches(), xla.device()))
+    loaded = iter(xla.device_loader(slow_batches(), xla.device(), xla.COMPILED))
     _, y = next(loaded)
     first_arrived.set()
     assert int(y.cpu()[0]) == 0 and [int(y.cpu()[0]) for _, y in loaded] == [1, 2]
@@ -56,10 +57,11 @@ def test_the_first_batch_reaches_the_device_before_the_second_is_built():
 
 
 def test_a_torch_xla_without_the_prefetch_sizes_keeps_its_own_and_says_so(caplog):
-    assert xla.prefetch_options(["self", "loader", "devices", "loader_prefetch_size",
-                                 "device_prefetch_size"]) == {
-        "loader_prefetch_size": LOADER_PREFETCH_BATCHES,
-        "device_prefetch_size": DEVICE_PREFETCH_BATCHES}
+    for path in (xla.COMPILED, xla.LAZY):
+        assert xla.prefetch_options(["self", "loader", "devices", "loader_prefetch_size",
+                                     "device_prefetch_size"], path) == {
+            "loader_prefetch_size": LOADER_PREFETCH_BATCHES,
+            "device_prefetch_size": TRANSFER_BATCHES[path]}
     with caplog.at_level("WARNING", logger="trainer"):
         assert xla.prefetch_options(["self", "loader", "devices"]) == {}
     assert "takes no device_prefetch_size, loader_prefetch_size" in caplog.text

@@ -83,7 +83,7 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
     assert lines[3].startswith("per data worker per epoch, at most: 86 runs (work units), 86 "
                                "ranged reads, ")
     assert lines[4].startswith("read per epoch by all hosts: ")
-    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 1.9 GB" in lines[5]
+    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 2.2 GB" in lines[5]
 
 
 @pytest.mark.parametrize("args, text", [

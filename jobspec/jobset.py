@@ -129,12 +129,12 @@ def _slice(pod: Dict[str, Any], pod_path: str
     if accelerator is None:
         return None, [Finding(ERROR, where.format(gke_tpus.ACCELERATOR_LABEL), "is missing: "
                               "the pods are not placed on TPU nodes", "set it to " + known)]
-    if accelerator not in gke_tpus.ACCELERATORS:
+    if not isinstance(accelerator, str) or accelerator not in gke_tpus.ACCELERATORS:
         return None, [Finding(ERROR, where.format(gke_tpus.ACCELERATOR_LABEL), "{!r} is not a "
                               "TPU this image runs on GKE".format(accelerator),
                               "use " + known)]
     spec = gke_tpus.ACCELERATORS[accelerator]
-    if topology not in spec.topologies:
+    if not isinstance(topology, str) or topology not in spec.topologies:
         problem = "is missing" if topology is None else "{!r} is not a {} topology".format(
             topology, spec.tpu)
         return None, [Finding(ERROR, where.format(gke_tpus.TOPOLOGY_LABEL), problem + ": no "

@@ -153,6 +153,15 @@ def test_each_reason_is_refused_with_one_line_naming_the_field(what, change, pat
     assert "\n" not in str(found[0]) and found[0].fix
 
 
+@pytest.mark.parametrize("label", ["cloud.google.com/gke-tpu-accelerator",
+                                   "cloud.google.com/gke-tpu-topology"])
+@pytest.mark.parametrize("value", [[], {}, 4])
+def test_a_selector_that_is_not_a_string_is_refused_not_a_crash(label, value):
+    # make fuzz found a list there: "TypeError: unhashable type: 'list'" out of the check.
+    found = errors(broken(set_path(POD_KEYS + ["nodeSelector", label], value)))
+    assert POD + ".nodeSelector[{}]".format(label) in [finding.path for finding in found]
+
+
 def test_no_shared_memory_is_needed_without_data_workers():
     job = broken(set_path(CONTAINER_KEYS + ["args"], ARGS + ["--num_workers=0"]))
     del pod(job)["volumes"], pod(job)["containers"][0]["volumeMounts"]

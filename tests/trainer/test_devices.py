@@ -116,3 +116,20 @@ def test_fake_data_hosts_hold_their_parts_of_one_batch():
     parts = [FakeSource((1, 4, 4), 10, 8, 2, 1, host=HostPart(index, 2)) for index in (0, 1)]
     x, _ = next(whole.train_batches(0))
     assert torch.equal(torch.cat([next(part.train_batches(0))[0] for part in parts]), x)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.sampled_from([(hosts, chips) for hosts in (1, 2, 4, 16, 64) for chips in (4, 8)]),
+       st.data())
+@example((64, 8), None)
+def test_the_vote_tells_stops_and_due_checkpoints_apart_on_every_slice_size(size, data):
+    """Every host sums ``stop + (devices + 1) * due`` per device in float32: the counts come
+    back exactly up to the largest slice (64 hosts of 8 chips: 512 devices)."""
+    hosts, chips = size
+    total = hosts * chips
+    stops, dues = ((total, total) if data is None else
+                   (data.draw(st.integers(0, total)), data.draw(st.integers(0, total))))
+    vote = devices.BoundaryVote(devices.Topology(total, total, chips, 0, hosts),
+                                lambda: False, None, torch.device("cpu"))
+    summed = torch.tensor(float(stops + (total + 1) * dues), dtype=torch.float32)
+    assert vote._read(summed) == devices.Agreed(stops > 0, dues > 0)

@@ -65,9 +65,14 @@ def test_real_class_folders(tmp_path):
     config = TrainConfig(data_dir=str(data), **dict(SMALL, num_steps=0))
     summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path / "job"), {}))
     assert summary["global_step"] == 5
-    val = imagenet.build_data(config).val
-    assert_device_counts(summary, config, tmp_path / "job",
-                         [val[index] for index in range(len(val))], 7)
+    data = imagenet.build_data(config)
+    try:  # every evaluation example once, without the padding
+        examples = [(x[row], y[row].item()) for x, y in data.eval_batches()
+                    for row in range(len(y)) if y[row] >= 0]
+    finally:
+        data.close()
+    assert len(examples) == 21
+    assert_device_counts(summary, config, tmp_path / "job", examples, 7)
 
 
 def test_train_and_val_with_different_class_folders_are_a_data_error(tmp_path):

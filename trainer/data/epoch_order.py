@@ -132,6 +132,21 @@ def eval_order(counts: Sequence[int], size: int = BLOCK_EXAMPLES) -> ExampleOrde
 
 
 @dataclass(frozen=True)
+class ShardOrder:
+    """The order of a split of shards (``counts[s]`` examples in shard ``s``) in an epoch, as
+    ``trainer.data.stream`` asks for it (``order(seed, epoch)``): ``train_order`` when
+    ``shuffled``, else ``eval_order``."""
+
+    counts: Tuple[int, ...]
+    shuffled: bool
+
+    def __call__(self, seed: int, epoch: Optional[int]) -> ExampleOrder:
+        if self.shuffled:
+            return train_order(self.counts, seed, epoch or 0)
+        return eval_order(self.counts)
+
+
+@dataclass(frozen=True)
 class Cut:
     """How an order of ``examples`` becomes steps: global batches of ``batch``, each in
     ``hosts`` equal consecutive parts. ``padded``: the last, partial batch is a step too (the

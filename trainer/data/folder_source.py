@@ -3,101 +3,128 @@
 with Cloud Storage FUSE is a local path (``/gcs/BUCKET/...``); a ``gs://`` tree is read too, one
 request per image, which is slow: convert it to shards (``trainer.data.make_shards``).
 
-The order is ``batches.epoch_order`` of the whole training set, cut into global batches and
-each host taking its part, so it depends only on the seed and the global batch; images are
-decoded as ``trainer.data.images`` does (uint8, normalized on the device).
+The training order is ``batches.epoch_order`` of the whole split (a permutation by the seed and
+the epoch), cut into global batches, each host taking its part; evaluation takes the split in
+name order, its last global batch padded. So what a step holds depends only on the seed and
+the global batch. The batches come from the same persistent stream as shards'
+(``trainer.data.stream``: the workers start once for the whole run, build the evaluation and
+the next epoch while an epoch ends, and split each step into work units); here a *piece* is
+one file, ``(0, i, i + 1)`` for the split's ``i``-th, read with its neighbours of a unit a
+few at a time. Training crops are drawn from (seed, epoch, file name), whichever worker
+decodes the image; images are decoded as ``trainer.data.images`` does (uint8, normalized on
+the device). No mixing: a permutation of single examples keeps no group together.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, List
+import threading
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
 
 import torch
-from torch.utils.data import Dataset, Sampler
 
 from trainer import storage
-from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, pad_batch, steps_in
-from trainer.data import images, loader
+from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, steps_in
+from trainer.data import plan, shared_memory, stream
+from trainer.data.epoch_order import Cut, Piece
 from trainer.data.folder_tree import Labelled, read_tree
+from trainer.data.shard_examples import Example
+from trainer.data.shard_reads import read_each
+from trainer.errors import DataError
 
 
-class _EpochSampler(Sampler):
-    """The epoch's deterministic order, starting at a given global batch (resume), of whole
-    global batches of ``batch``: this host's part of each."""
+class FileOrder:
+    """A split's files in the order ``positions`` (their numbers), each file its own piece."""
 
-    def __init__(self, size: int, seed: int, epoch: int, start_step: int, batch: int,
-                 host: HostPart) -> None:
-        order = epoch_order(size, seed, epoch)
-        mine = host.of(batch)
-        self.order: List[int] = [
-            index for step in range(start_step, size // batch)
-            for index in order[step * batch:(step + 1) * batch][mine].tolist()]
+    def __init__(self, positions: torch.Tensor) -> None:
+        self.positions = positions
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order)
-
-    def __len__(self) -> int:
-        return len(self.order)
+    def take(self, begin: int, end: int) -> List[Piece]:
+        return [(0, number, number + 1) for number in self.positions[begin:end].tolist()]
 
 
-class _Images(Dataset):
-    """Item ``i``: the decoded image ``files[i]`` and its label. Training draws the crop from
-    (seed, epoch, i), so the same example gets the same crop whichever worker decodes it."""
+@dataclass(frozen=True)
+class FolderOrder:
+    """The order of a split of ``count`` files in an epoch (``stream.Split.order``): the
+    epoch's permutation when ``shuffled``, else name order."""
 
-    def __init__(self, root: storage.Directory, files: Labelled, size: int,
-                 train_seed=None) -> None:
-        self.root, self.files, self.size, self.train_seed = root, files, size, train_seed
-        self.epoch = 0
+    count: int
+    shuffled: bool
 
-    def __len__(self) -> int:
-        return len(self.files)
+    def __call__(self, seed: int, epoch: Optional[int]) -> FileOrder:
+        if self.shuffled:
+            return FileOrder(epoch_order(self.count, seed, epoch or 0))
+        return FileOrder(torch.arange(self.count))
 
-    def __getitem__(self, index: int):
-        name, label = self.files[index]
-        data, where = self.root.read_bytes(name), self.root.join(name)
-        if self.train_seed is None:
-            return images.eval_image(data, self.size, where), label
-        return images.train_image(data, self.size,
-                                  images.draws(self.train_seed, self.epoch, index), where), label
+
+class FileReader:
+    """Reads pieces of one split of a class-folder tree: file ``files[i]`` is piece
+    ``(0, i, i + 1)``."""
+
+    def __init__(self, root: storage.Directory, files: Labelled) -> None:
+        self.root, self.files = root, files
+
+    def read_run(self, pieces: List[Piece], stop: threading.Event) -> List[bytes]:
+        return read_each(pieces, self._read, stop)
+
+    def unpacked(self, pieces: List[Piece], run: List[bytes]) -> List[Example]:
+        """(file name, bytes, label) of each piece; ``run`` is ``read_run``'s list."""
+        found: List[Example] = []
+        for (_, number, _), data in zip(pieces, run):
+            name, label = self.files[number]
+            found.append((name, data, label))
+        return found
+
+    def _read(self, piece: Piece) -> bytes:
+        name = self.files[piece[1]][0]
+        try:
+            return self.root.read_bytes(name)
+        except FileNotFoundError:
+            raise DataError("{} is gone: it was listed when the run started".format(
+                self.root.join(name)), "leave --data_dir as it is while a run reads it")
 
 
 class FolderSource(DataSource):
     """Random-resized-crop + flip for training, 256/224 centre crop for evaluation, uint8."""
 
     def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
-                 seed: int, eval_batch_size: int = 0, host: HostPart = WHOLE) -> None:
+                 seed: int, eval_batch_size: int = 0, host: HostPart = WHOLE,
+                 devices: int = 0) -> None:
         root = storage.open_dir(data_dir)
         self.classes, files = read_tree(root)
         self.num_classes = len(self.classes)
-        self.train = _Images(root, files["train"], image_size, train_seed=seed)
-        self.val = _Images(root, files["val"], image_size)
+        self.train = FileReader(root, files["train"])
+        self.val = FileReader(root, files["val"])
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.eval_batch_size = eval_batch_size or batch_size
         self.host, self.image_size = host, image_size
-        self.steps_per_epoch = steps_in(len(self.train), batch_size, root.join("train"))
-        self.eval_steps = -(-len(self.val) // self.eval_batch_size)
+        self.steps_per_epoch = steps_in(len(self.train.files), batch_size, root.join("train"))
+        cut = Cut(len(self.train.files), batch_size, host.count)
+        eval_cut = Cut(len(self.val.files), self.eval_batch_size, host.count, padded=True)
+        self.eval_steps = eval_cut.steps
+        # Shared memory as for shards (a unit here is at most L / workers rows, well within
+        # the plan's bound; the plan's held batches count a mixing group this source does not
+        # hold: a margin, not a shortfall).
+        shape = plan.SliceShape(host.count, devices or host.count, batch_size,
+                                self.eval_batch_size, num_workers, image_size)
+        shared_memory.check(plan.shared_memory(shape), num_workers,
+                            plan.PREFETCH_BATCHES * plan.unit_bytes(shape))
+        self.stream = stream.Stream(stream.StreamSpec(
+            stream.Split(self.train, FolderOrder(len(self.train.files), True), cut),
+            stream.Split(self.val, FolderOrder(len(self.val.files), False), eval_cut),
+            host.index, seed, image_size, num_workers))
 
     def describe(self) -> str:
         return "{} class folders ({} train, {} val images), {} data worker(s)".format(
-            self.train.root.uri, len(self.train), len(self.val), self.num_workers)
+            self.train.root.uri, len(self.train.files), len(self.val.files), self.num_workers)
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        self.train.epoch = epoch
-        sampler = _EpochSampler(len(self.train), self.seed, epoch, start_step, self.batch_size,
-                                self.host)
-        return loader.load(self.train, self.num_workers, batch_size=self.batch_size //
-                           self.host.count, sampler=sampler, drop_last=True)
+        return self.stream.train(epoch, start_step)
 
     def eval_batches(self) -> Iterator[Batch]:
         """This host's part of every padded global evaluation batch: its real examples, then
-        padding (a host whose part of the last batch is all padding loads nothing for it)."""
-        size, mine = self.eval_batch_size, self.host.of(self.eval_batch_size)
-        parts = [list(range(len(self.val))[step * size:(step + 1) * size][mine])
-                 for step in range(self.eval_steps)]
-        loaded = loader.load(self.val, self.num_workers,
-                             batch_sampler=[part for part in parts if part])
-        empty = (torch.zeros((0, 3, self.image_size, self.image_size), dtype=torch.uint8),
-                 torch.zeros((0,), dtype=torch.int64))
-        for part in parts:
-            x, y = next(loaded) if part else empty
-            yield pad_batch(x, y, mine.stop - mine.start)
+        padding."""
+        return self.stream.evaluation()
+
+    def close(self) -> None:
+        self.stream.close()

@@ -55,14 +55,8 @@ class ShardReader:
         fetched.close()
 
     def read_run(self, pieces: List[Piece], stop: threading.Event) -> List[bytes]:
-        """The bytes of each piece, in order, ``PIECES_IN_FLIGHT`` read at once (a store's
-        latency per request, not its bandwidth, is what one read at a time waits on); pieces
-        not started when ``stop`` is set (the consumer is gone) are not read."""
-        def read(piece: Piece) -> bytes:
-            return b"" if stop.is_set() else self.read_piece(piece)
-
-        with ThreadPoolExecutor(max(1, min(PIECES_IN_FLIGHT, len(pieces)))) as pool:
-            return list(pool.map(read, pieces))
+        """The bytes of each piece, in order (``read_each``)."""
+        return read_each(pieces, self.read_piece, stop)
 
     def read_piece(self, piece: Piece) -> bytes:
         """The bytes of ``piece``, each example's checked against the index. A mismatch is
@@ -124,6 +118,18 @@ class ShardReader:
 
     def _uri(self, shard: int) -> str:
         return self.root.join(self.shards[shard].name)
+
+
+def read_each(items: Sequence, read: Callable[[object], bytes], stop: threading.Event
+              ) -> List[bytes]:
+    """``read(item)`` of each item, in order, ``PIECES_IN_FLIGHT`` read at once (a store's
+    latency per request, not its bandwidth, is what one read at a time waits on); items not
+    started when ``stop`` is set (the consumer is gone) are not read (``b""``)."""
+    def guarded(item) -> bytes:
+        return b"" if stop.is_set() else read(item)
+
+    with ThreadPoolExecutor(max(1, min(PIECES_IN_FLIGHT, len(items)))) as pool:
+        return list(pool.map(guarded, items))
 
 
 def prefetched(items: Iterable, fetch: Callable[[object, threading.Event], object],

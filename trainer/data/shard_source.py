@@ -29,7 +29,7 @@ from typing import Dict, Iterator, List
 from trainer import storage
 from trainer.batches import WHOLE, Batch, DataSource, HostPart
 from trainer.data import epoch_order, plan, shared_memory, stream
-from trainer.data.shard_index import load_index, split_identity
+from trainer.data.shard_index import Shard, load_index, split_identity
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
 
@@ -70,8 +70,10 @@ class ShardSource(DataSource):
             image_size), seed)
         shared_memory.check(self.plan.shared_memory, num_workers,
                             plan.PREFETCH_BATCHES * self.plan.unit_bytes)
-        self.stream = stream.Stream(stream.stream_spec(
-            self.train, self.val, {stream.TRAIN: self.cut, stream.EVAL: self.eval_cut},
+        self.stream = stream.Stream(stream.StreamSpec(
+            stream.Split(self.train, _order(train, shuffled=True), self.cut,
+                         epoch_order.MIXING_STEPS),
+            stream.Split(self.val, _order(val, shuffled=False), self.eval_cut),
             host.index, seed, image_size, num_workers))
 
     def describe(self) -> str:
@@ -93,3 +95,7 @@ class ShardSource(DataSource):
 
     def close(self) -> None:
         self.stream.close()
+
+
+def _order(shards: List[Shard], shuffled: bool) -> epoch_order.ShardOrder:
+    return epoch_order.ShardOrder(tuple(shard.count for shard in shards), shuffled)

@@ -16,7 +16,7 @@ def open_source(data_dir: str, image_size: int, batch_size: int, num_workers: in
                 eval_batch_size: int = 0, host: HostPart = WHOLE, devices: int = 1
                 ) -> DataSource:
     """The ``ShardSource`` or ``FolderSource`` of ``data_dir`` (the same arguments; ``devices``,
-    this host's, only sizes the shard reader's plan)."""
+    this host's, only sizes the plan and the ``/dev/shm`` check)."""
     from trainer.data.folder_source import FolderSource
     from trainer.data.shard_source import ShardSource
 
@@ -26,7 +26,7 @@ def open_source(data_dir: str, image_size: int, batch_size: int, num_workers: in
                            eval_batch_size, host, devices=devices)
     try:
         return FolderSource(data_dir, image_size, batch_size, num_workers, seed,
-                            eval_batch_size, host)
+                            eval_batch_size, host, devices=devices)
     except DataError:
         # Listed only now: a class-folder tree is never listed twice (on gs:// that is a
         # request per thousand images).

@@ -30,14 +30,14 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from trainer.batches import Batch, pad_batch
 from trainer.data import epoch_order, images, loader, plan
-from trainer.data.shard_reads import ShardReader, prefetched
+from trainer.data.shard_reads import prefetched
 
 TRAIN, EVAL = "train", "eval"
 # Where the stream is: (TRAIN, epoch, step) or (EVAL, epoch that follows it, step); an
@@ -49,16 +49,15 @@ Item = Tuple[int, int, int, int, torch.Tensor, torch.Tensor]
 
 @dataclass(frozen=True)
 class Split:
-    """One split as the stream reads it: its reader and how its order becomes steps."""
+    """One split as the stream reads it: its reader (``ShardReader``, or a class-folder
+    tree's ``folder_source.FileReader``: ``root``, ``read_run`` and ``unpacked`` of pieces),
+    the order of its examples in an epoch (``order(seed, epoch)``: what ``take`` cuts into
+    pieces), how that order becomes steps, and how many of those are mixed (1: none)."""
 
-    reader: ShardReader
+    reader: Any
+    order: Callable[[int, Optional[int]], Any]
     cut: epoch_order.Cut
-
-    @property
-    def counts(self) -> List[int]:
-        return [shard.count for shard in self.reader.shards]
-
-
+    mixing_steps: int = 1
 @dataclass(frozen=True)
 class StreamSpec:
     """Everything the workers need: the splits, this host, the seed, the image size."""
@@ -75,9 +74,8 @@ class StreamSpec:
 
     def mixing(self, kind: str, epoch: Optional[int]) -> epoch_order.Mixing:
         """How the segment's original steps become its steps (evaluation: unmixed)."""
-        steps = self.split(kind).cut.steps
-        return (epoch_order.Mixing(self.seed, epoch, steps) if kind == TRAIN
-                else epoch_order.Mixing(self.seed, epoch, steps, 1))
+        split = self.split(kind)
+        return epoch_order.Mixing(self.seed, epoch, split.cut.steps, split.mixing_steps)
 
 
 def segments(start: Position) -> Iterator[Position]:
@@ -97,8 +95,7 @@ def work_units(spec: StreamSpec, start: Position) -> Iterator[Tuple[str, Optiona
     """(kind, epoch, unit) of every unit from ``start`` on, in order."""
     for kind, epoch, step in segments(start):
         split = spec.split(kind)
-        order = (epoch_order.train_order(split.counts, spec.seed, epoch) if kind == TRAIN
-                 else epoch_order.eval_order(split.counts))
+        order = split.order(spec.seed, epoch)
         for unit in epoch_order.units(order, split.cut, spec.host, step,
                                       max(1, spec.workers), spec.mixing(kind, epoch)):
             yield kind, epoch, unit
@@ -113,12 +110,11 @@ def worker_items(spec: StreamSpec, start: Position, position: int, workers: int
     mine, ahead = itertools.tee(mine)
     fetched = prefetched(ahead, lambda numbered, stop: spec.split(numbered[1][0]).reader
                          .read_run(numbered[1][2][3], stop))
-    root = spec.train.reader.root
     try:
         for number, (kind, epoch, (step, part, parts, pieces)) in mine:
             split = spec.split(kind)
             examples = split.reader.unpacked(pieces, next(fetched))
-            decode = _decoder(kind, epoch, spec, root)
+            decode = _decoder(kind, epoch, spec, split.reader.root)
             x = _batch_tensor(len(examples), spec.image_size)
             labels = []
             for row, (name, data, label) in enumerate(examples):
@@ -284,8 +280,3 @@ def _mixed(batches: Sequence[Batch], rows: List[int], local: int) -> Batch:
     return x, labels.index_select(0, torch.tensor(rows, dtype=torch.int64))
 
 
-def stream_spec(train: ShardReader, val: ShardReader, cuts: Dict[str, epoch_order.Cut],
-                host: int, seed: int, image_size: int, workers: int) -> StreamSpec:
-    """The spec of a host's stream over the splits ``train`` and ``val``."""
-    return StreamSpec(Split(train, cuts[TRAIN]), Split(val, cuts[EVAL]), host, seed,
-                      image_size, workers)

@@ -1,11 +1,14 @@
 """trainer.data.folder_source: a class-folder tree, in the order of the seed and the global
-batch, each host of a slice loading its part."""
+batch, each host of a slice loading its part, through the persistent stream (its tests run
+on class folders too: test_stream.py); a file gone mid-run is one data error."""
 
+import pytest
 import torch
 
 from conftest import make_image_folder
-from trainer.batches import HostPart
+from trainer.batches import HostPart, epoch_order
 from trainer.data.folder_source import FolderSource
+from trainer.errors import DataError
 
 
 def test_hosts_of_a_slice_load_their_parts_of_the_same_image_batches(tmp_path):
@@ -32,3 +35,34 @@ def test_hosts_of_a_slice_load_their_parts_of_the_same_image_batches(tmp_path):
     labels = torch.cat(evaluated)
     assert torch.equal(labels, torch.cat([y for _, y in whole.eval_batches()]))
     assert sorted(labels[labels >= 0].tolist()) == sorted(label for _, label in whole.val.files)
+
+
+def test_the_training_order_is_the_epochs_permutation_of_the_whole_split(tmp_path):
+    # 3 classes of 4: 12 examples, 3 global batches of 4 a epoch, every example once, in the
+    # order of batches.epoch_order (which a resume relies on), with 2 data workers.
+    data = make_image_folder(tmp_path / "images")
+    source = FolderSource(str(data), 16, 4, 2, seed=3)
+    try:
+        for epoch in (0, 1):
+            labels = torch.cat([y for _, y in source.train_batches(epoch)])
+            expected = [source.train.files[index][1]
+                        for index in epoch_order(12, 3, epoch).tolist()]
+            assert labels.tolist() == expected
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_image_removed_while_the_run_reads_the_tree_is_one_data_error(tmp_path, workers):
+    data = make_image_folder(tmp_path / "images")
+    source = FolderSource(str(data), 16, 4, workers, seed=3)
+    (data / "train" / "class1" / "2.png").unlink()
+    try:
+        with pytest.raises(DataError) as raised:
+            list(source.train_batches(0))
+    finally:
+        source.close()
+    assert raised.value.exit_code == 65
+    assert raised.value.message == "{} is gone: it was listed when the run started".format(
+        data / "train" / "class1" / "2.png")
+    assert "leave --data_dir as it is" in raised.value.hint

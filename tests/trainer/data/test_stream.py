@@ -1,5 +1,5 @@
 """trainer.data.stream on shards of real photographs (``photo_shards``: 8 train shards of 24,
-64 val images): the data workers start once for epochs and evaluations one after another and
+64 val images) and on the same photographs as a class-folder tree (``photos``): the data workers start once for epochs and evaluations one after another and
 are the same processes throughout; every batch is the one a stream started at its own segment
 gives (so resuming is exact), with 0, 1 or 3 workers; a request the stream did not anticipate
 starts it again there; ``close`` ends the workers."""
@@ -9,14 +9,23 @@ import os
 import pytest
 import torch
 
+from trainer.data.folder_source import FolderSource
 from trainer.data.shard_source import ShardSource
 from trainer.data.stream import EVAL, TRAIN, segments
 
 SIZE, SEED = 32, 5
 
 
-def source(data_dir, workers, batch=8):
-    return ShardSource(str(data_dir), SIZE, batch, workers, SEED, 16)
+def source(data, workers, batch=8):
+    """``data``: a shard set's folder, or (FolderSource, a class-folder tree)."""
+    reader, data_dir = data if isinstance(data, tuple) else (ShardSource, data)
+    return reader(str(data_dir), SIZE, batch, workers, SEED, 16)
+
+
+@pytest.fixture(params=["shards", "folders"])
+def either(request, photo_shards, photos):
+    """The photographs as shards, then as class folders: the same stream reads both."""
+    return photo_shards if request.param == "shards" else (FolderSource, photos)
 
 
 def flat(batches):
@@ -42,8 +51,8 @@ def test_the_segments_follow_each_other_epoch_evaluation_epoch():
 
 @pytest.mark.parametrize("workers", [0, 1, 3])
 def test_one_stream_for_epochs_and_evaluations_gives_each_segments_own_batches(
-        photo_shards, workers):
-    data = source(photo_shards, workers)
+        either, workers):
+    data = source(either, workers)
     try:
         run = []
         for epoch in (0, 1):
@@ -60,7 +69,7 @@ def test_one_stream_for_epochs_and_evaluations_gives_each_segments_own_batches(
     assert data.stream.items is None
     assert all(not os.path.exists("/proc/{}".format(pid)) or _zombie(pid) for pid in pids)
     # Each segment alone, in a fresh source with another worker count: the same batches.
-    alone = source(photo_shards, (workers + 1) % 4)
+    alone = source(either, (workers + 1) % 4)
     try:
         assert same(run[0], flat(alone.train_batches(0)))
         assert same(run[1], flat(alone.eval_batches()))
@@ -71,9 +80,9 @@ def test_one_stream_for_epochs_and_evaluations_gives_each_segments_own_batches(
         alone.close()
 
 
-def test_a_request_it_did_not_anticipate_starts_the_stream_there(photo_shards):
-    data = source(photo_shards, 2)
-    whole = source(photo_shards, 0)
+def test_a_request_it_did_not_anticipate_starts_the_stream_there(either):
+    data = source(either, 2)
+    whole = source(either, 0)
     try:
         first = iter(data.train_batches(0))
         part = [next(first) for _ in range(5)]  # --num_steps=5 stops the epoch here

@@ -1,8 +1,9 @@
 """trainer.data.stream on shards of real photographs (``photo_shards``: 8 train shards of 24,
-64 val images) and on the same photographs as a class-folder tree (``photos``): the data workers start once for epochs and evaluations one after another and
-are the same processes throughout; every batch is the one a stream started at its own segment
-gives (so resuming is exact), with 0, 1 or 3 workers; a request the stream did not anticipate
-starts it again there; ``close`` ends the workers."""
+64 val images) and on the same photographs as a class-folder tree (``photos``): the data
+workers start once for epochs and evaluations one after another and are the same processes
+throughout; every batch is the one a stream started at its own segment gives (so resuming is
+exact), with 0, 1 or 3 workers; a request the stream did not anticipate starts it again
+there; ``close`` ends the workers."""
 
 import os
 

@@ -94,6 +94,11 @@ class DataSource:
         examples is refused. None: nothing to check."""
         return None
 
+    def fixed_batch(self) -> Optional[Batch]:
+        """The one batch every step holds (``--fake_data``), which the trainer places on the
+        devices once; None: the batches differ, each is copied as it comes."""
+        return None
+
     def close(self) -> None:
         """End what loads the data (data workers that live across epochs); the run calls it
         as it ends, however it ends. A later request starts them again."""
@@ -172,6 +177,9 @@ class FakeSource(DataSource):
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         for _ in range(start_step, self.steps_per_epoch):
             yield self._batch
+
+    def fixed_batch(self) -> Optional[Batch]:
+        return self._batch
 
     def eval_batches(self) -> Iterator[Batch]:
         for _ in range(self.eval_steps):

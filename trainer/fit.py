@@ -145,13 +145,17 @@ class _Placement:
     sharding: Optional[xla.BatchSharding]
     vote: devices.BoundaryVote
 
-    def loader(self, batches, steps: Steps, loop_cuts: bool = False):
+    def loader(self, batches, steps: Steps, loop_cuts: bool = False, fixed=None):
         """``batches`` on the devices. ``loop_cuts``: the loop cuts each lazy step itself
         before asking for the next batch (``loop.train_epoch``, so that the time it waits is
         the input's alone): the loader must then not cut again (it would on the lazy path,
-        and an empty cut still costs about a millisecond a step)."""
+        and an empty cut still costs about a millisecond a step). ``fixed``: the one batch
+        every step holds (``DataSource.fixed_batch``), placed on the devices once."""
         path = xla.COMPILED if loop_cuts else steps.path  # COMPILED: the loader never cuts
-        loaded = xla.device_loader(batches, steps.device, path, self.sharding, steps.path)
+        if fixed is not None:
+            loaded = xla.resident_batches(batches, fixed, steps.device, path, self.sharding)
+        else:
+            loaded = xla.device_loader(batches, steps.device, path, self.sharding, steps.path)
         if self.sharding is not None and xla.collectives_need_lockstep():
             return _one_step_in_flight(loaded)
         return loaded
@@ -199,7 +203,8 @@ class _Run:
         self.counts.epoch_started()
         batches = _limited(self.data.train_batches(state.epoch, state.step_in_epoch),
                            self.steps_per_epoch - state.step_in_epoch)
-        if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True),
+        if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True,
+                                                         fixed=self.data.fixed_batch()),
                        state, hooks):
             raise _stopped("", self.checkpoints.save_final(state, self.outputs), state)
         state.epoch += 1
@@ -236,8 +241,8 @@ class _Run:
         started = time.perf_counter()
         eval_batches = _limited(self.data.eval_batches(),
                                 self.config.num_steps or self.data.eval_steps)
-        accuracy = evaluate(self.steps, self.placement.loader(eval_batches, self.steps),
-                            self.placement.vote.should_stop)
+        loaded = self.placement.loader(eval_batches, self.steps, fixed=self.data.fixed_batch())
+        accuracy = evaluate(self.steps, loaded, self.placement.vote.should_stop)
         self.eval_seconds += time.perf_counter() - started
         if accuracy is None:
             self.outputs.flush()

@@ -91,6 +91,24 @@ def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
 _NEVER = 2 ** 62  # batches between the loader's syncs
 
 
+def resident_batches(batches: Iterable, fixed: Sequence[torch.Tensor], dev: torch.device,
+                     path: str = LAZY, sharding: Optional["BatchSharding"] = None
+                     ) -> Iterator[List[torch.Tensor]]:
+    """``fixed`` (the one batch every step holds: ``--fake_data``) copied to ``dev`` once,
+    split over the devices like every batch under SPMD, and handed out once per item of
+    ``batches`` (which sets the count, and whose items are not used): the steps then
+    measure the devices, not the host's copies of the same bytes. Lazy path: the graph is
+    cut before each batch, as ``device_loader`` cuts it."""
+    tensors = list(fixed)
+    placed = (xm.send_cpu_data_to_device(tensors, dev, sharding) if sharding is not None
+              else xm.send_cpu_data_to_device(tensors, dev))
+    for _ in batches:
+        if path == LAZY:
+            sync()
+        yield placed
+
+
+
 def prefetch_options(accepted: Optional[Sequence[str]] = None,
                      step_path: str = COMPILED) -> Dict[str, int]:
     """The device loader's queue sizes for ``step_path`` (``trainer.device_prefetch``) that

@@ -83,9 +83,13 @@ def test_four_devices_train_as_one_device_does_on_the_same_global_batch(path, on
     assert_training_differs(one_device[DEVICES]["trained"], reference, start, "fc2.weight")
 
 
-def test_each_batch_is_split_over_the_devices_along_its_first_dimension():
-    [(x, y)] = list(xla.device_loader(one_program.batches(1, 8), xla.device(), xla.COMPILED,
-                                      SHARDING))
+@pytest.mark.parametrize("fixed", [False, True], ids=["copied", "resident"])
+def test_each_batch_is_split_over_the_devices_along_its_first_dimension(fixed):
+    # resident: --fake_data's one batch, copied once (xla.resident_batches), split the same.
+    batches = list(one_program.batches(1, 8))
+    [(x, y)] = list(xla.resident_batches(batches, batches[0], xla.device(), xla.COMPILED,
+                                         SHARDING) if fixed else
+                    xla.device_loader(batches, xla.device(), xla.COMPILED, SHARDING))
     for tensor in (x, y):
         spec = torch_xla._XLAC._get_xla_sharding_spec(tensor)
         assert spec.startswith("{devices=[4") and "0,1,2,3}" in spec, spec

@@ -1,6 +1,7 @@
 """trainer.xla.device_loader on the real XLA CPU device: the batches arrive on the device, and
 an exception of the batches (raised in torch_xla's loader thread) reaches the training loop
-after the batches before it, instead of ending the data early without a word."""
+after the batches before it, instead of ending the data early without a word; a fixed batch
+(--fake_data) is copied once and handed out per step."""
 
 import os
 import threading
@@ -65,3 +66,24 @@ def test_a_torch_xla_without_the_prefetch_sizes_keeps_its_own_and_says_so(caplog
     with caplog.at_level("WARNING", logger="trainer"):
         assert xla.prefetch_options(["self", "loader", "devices"]) == {}
     assert "takes no device_prefetch_size, loader_prefetch_size" in caplog.text
+
+
+@pytest.mark.parametrize("path", [xla.LAZY, xla.COMPILED])
+def test_a_fixed_batch_is_copied_to_the_device_once_and_handed_out_per_step(path):
+    # --fake_data: one copy, then the same device tensors for each of the 5 steps, which the
+    # host batches only count; on the lazy path a step traced on one batch is cut (run)
+    # before the next is handed out, as by the device loader; on the compiled path never.
+    fixed = (torch.arange(6.0).reshape(2, 3), torch.tensor([3, 4]))
+    handed, runs = [], []
+    for x, y in xla.resident_batches(iter([("not", "used")] * 5), fixed, xla.device(), path):
+        xla.wait()  # an execution is counted once it has finished
+        runs.append(xla.execute_count())
+        handed.append((x, y))
+        step = x * 2  # a step's pending graph  # noqa: F841
+    assert len(handed) == 5 and all(x is handed[0][0] and y is handed[0][1]
+                                    for x, y in handed)
+    x, y = handed[0]
+    assert x.device.type == "xla" and torch.equal(x.cpu(), fixed[0])
+    assert torch.equal(y.cpu(), fixed[1])
+    grew = [later - earlier for earlier, later in zip(runs, runs[1:])]
+    assert grew == ([1] * 4 if path == xla.LAZY else [0] * 4), grew

@@ -1,6 +1,7 @@
 """One input stream for a whole run: the data workers start once and build, without a pause,
 the training steps of an epoch, the evaluation after it, the next epoch, and so on, until the
-run ends (``close``) or asks for something else.
+run ends (``close``) or asks for something else. Shards and class-folder trees alike: a
+``Split`` names its reader and its order (``shard_source``, ``folder_source``).
 
 The order of everything is arithmetic (``trainer.data.epoch_order``), so the stream knows what
 comes next before the trainer asks: while the last steps of epoch ``e`` train, the workers

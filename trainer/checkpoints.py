@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -109,14 +109,43 @@ def _load(data: bytes) -> Any:
         return torch.load(io.BytesIO(data), map_location="cpu")
 
 
-def to_cpu(value: Any) -> Any:
+# Copies a list of tensors to the CPU, in order (``to_cpu``).
+Fetch = Callable[[List[torch.Tensor]], List[torch.Tensor]]
+
+
+def to_cpu(value: Any, fetch: Optional[Fetch] = None) -> Any:
     """A copy of nested state (dicts, lists, tuples of tensors) with every tensor on the CPU;
     a copy even of tensors that were there already, since a background write reads it while
-    training goes on."""
+    training goes on. ``fetch`` copies a list of tensors to the CPU at once (``xla.to_host``:
+    one transfer for all those on the device, where one per tensor waits for each in turn);
+    default: one by one."""
+    tensors: List[torch.Tensor] = []
+    _collect(value, tensors)
+    copies = (fetch or _each_to_cpu)(tensors)
+    return _rebuilt(value, iter(copies))
+
+
+def _each_to_cpu(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    return [tensor.detach().to("cpu", copy=True) for tensor in tensors]
+
+
+def _collect(value: Any, tensors: List[torch.Tensor]) -> None:
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
+        tensors.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, tensors)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect(item, tensors)
+
+
+def _rebuilt(value: Any, copies: Iterator[torch.Tensor]) -> Any:
+    """``value`` with its tensors replaced, in ``_collect``'s order, by ``copies``."""
+    if isinstance(value, torch.Tensor):
+        return next(copies)
     if isinstance(value, dict):
-        return {key: to_cpu(item) for key, item in value.items()}
+        return {key: _rebuilt(item, copies) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(to_cpu(item) for item in value)
+        return type(value)(_rebuilt(item, copies) for item in value)
     return value

@@ -115,7 +115,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                     checkpoints.abandon()
                 outputs.flush()
                 cache.save()
-        outputs.save_model(to_cpu(model.state_dict()))
+        outputs.save_model(to_cpu(model.state_dict(), xla.to_host))
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
                             spec.data.batch_size, accuracy, counts, started, cache.report(),
                             PhaseTimes(run.eval_seconds, checkpoints.seconds))

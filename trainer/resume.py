@@ -153,15 +153,16 @@ class RunCheckpoints:
         if self.topology.writes_outputs:
             steps = self.steps
             steps.learning_rate.set(state.global_step)  # the compiled path computes it in-graph
-            snapshot = {
-                "model": to_cpu(steps.model.state_dict()),
-                "optimizer": to_cpu(steps.optimizer.state_dict()),
+            # The model's and the optimizer's tensors reach the host in one transfer.
+            snapshot = to_cpu({"model": steps.model.state_dict(),
+                               "optimizer": steps.optimizer.state_dict()}, xla.to_host)
+            snapshot.update({
                 "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
                 "step": state.global_step, "loss_total": _total(state),
                 "global_batch": self.global_batch or None,
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
-                "torch_rng": torch.get_rng_state()}
+                "torch_rng": torch.get_rng_state()})
             # The metrics up to this step land before the checkpoint does: same thread, first.
             upload = outputs.staged_upload()
             step = state.global_step  # the thread must not read ``state``: training goes on

@@ -65,6 +65,16 @@ def wait() -> None:
     xm.wait_device_ops()
 
 
+def to_host(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    """CPU copies of ``tensors``, in order: those on an XLA device fetched together (one
+    request for all, as torch_xla's own ``xm.save`` does in 1.x and 2.x, where ``.cpu()``
+    on each waits for each in turn), the others cloned."""
+    on_device = [tensor for tensor in tensors if tensor.device.type == "xla"]
+    fetched = iter(torch_xla._XLAC._xla_get_cpu_tensors(on_device) if on_device else [])
+    return [next(fetched) if tensor.device.type == "xla" else tensor.detach().clone()
+            for tensor in tensors]
+
+
 def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
                   sharding: Optional["BatchSharding"] = None,
                   step_path: Optional[str] = None) -> Iterable:

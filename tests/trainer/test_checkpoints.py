@@ -34,6 +34,22 @@ def test_empty_store_has_nothing(tmp_path):
 def test_to_cpu_copies_nested_state():
     nested = {"a": [torch.ones(2), (torch.zeros(1), 3)], "b": "x"}
     assert to_cpu(nested)["a"][1][1] == 3 and to_cpu(nested)["b"] == "x"
+    assert to_cpu(nested)["a"][0].data_ptr() != nested["a"][0].data_ptr()  # a copy
+
+
+def test_to_cpu_hands_every_tensor_to_one_fetch_and_puts_the_copies_back_in_place():
+    nested = {"a": [torch.ones(2), (torch.zeros(1), 3)], "b": {"c": torch.full((1,), 5.0)}}
+    calls = []
+
+    def fetch(tensors):
+        calls.append(tensors)
+        return [tensor + 10 for tensor in tensors]
+
+    copied = to_cpu(nested, fetch)
+    assert len(calls) == 1 and [t.tolist() for t in calls[0]] == [[1.0, 1.0], [0.0], [5.0]]
+    assert copied["a"][0].tolist() == [11.0, 11.0] and copied["a"][1][0].tolist() == [10.0]
+    assert copied["a"][1][1] == 3 and copied["b"]["c"].tolist() == [15.0]
+    assert isinstance(copied["a"], list) and isinstance(copied["a"][1], tuple)
 
 def test_mismatch_names_the_first_differing_parameter():
     model = torch.nn.Sequential(torch.nn.Linear(4, 3))

@@ -87,3 +87,13 @@ def test_a_fixed_batch_is_copied_to_the_device_once_and_handed_out_per_step(path
     assert torch.equal(y.cpu(), fixed[1])
     grew = [later - earlier for earlier, later in zip(runs, runs[1:])]
     assert grew == ([1] * 4 if path == xla.LAZY else [0] * 4), grew
+
+
+def test_to_host_fetches_device_tensors_together_and_copies_host_ones_in_order():
+    on_device = [torch.arange(4.0).to(xla.device()), torch.tensor([7, 8]).to(xla.device())]
+    on_host = torch.ones(3)
+    copies = xla.to_host([on_device[0], on_host, on_device[1]])
+    assert [copy.device.type for copy in copies] == ["cpu"] * 3
+    assert torch.equal(copies[0], torch.arange(4.0)) and copies[2].tolist() == [7, 8]
+    assert copies[2].dtype == torch.int64
+    assert torch.equal(copies[1], on_host) and copies[1].data_ptr() != on_host.data_ptr()

@@ -41,8 +41,9 @@ USER_COMMAND = ["--", "python", str(TESTS / "user_command.py")]
 def start_as_pid1(env, *args, init=(), stderr=subprocess.PIPE):
     """The launcher as PID 1 of a new PID namespace with its own /proc (so that what the
     command reads there, PID 1 and zombies, is the namespace's); with ``init``, that init is
-    PID 1 and the launcher its child."""
-    prefix = ["unshare", "--pid", "--fork", "--mount-proc"] + list(init)
+    PID 1 and the launcher its child. When unshare ends (a test's ``kill()`` included), every
+    process of the namespace is killed: a PID 1 that ignores SIGTERM would outlive the test."""
+    prefix = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + list(init)
     return subprocess.Popen(launcher_command(*args, prefix=prefix), cwd=str(REPO), env=env,
                             stdout=subprocess.PIPE, stderr=stderr, text=True)
 

@@ -59,6 +59,8 @@ class Split:
     order: Callable[[int, Optional[int]], Any]
     cut: epoch_order.Cut
     mixing_steps: int = 1
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """Everything the workers need: the splits, this host, the seed, the image size."""

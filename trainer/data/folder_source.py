@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import torch
 
 from trainer import storage
-from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, steps_in
+from trainer.batches import WHOLE, HostPart, epoch_order, steps_in
 from trainer.data import plan, shared_memory, stream
 from trainer.data.epoch_order import Cut, Piece
 from trainer.data.folder_tree import Labelled, read_tree
@@ -84,7 +84,7 @@ class FileReader:
                 self.root.join(name)), "leave --data_dir as it is while a run reads it")
 
 
-class FolderSource(DataSource):
+class FolderSource(stream.StreamSource):
     """Random-resized-crop + flip for training, 256/224 centre crop for evaluation, uint8."""
 
     def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
@@ -117,14 +117,3 @@ class FolderSource(DataSource):
     def describe(self) -> str:
         return "{} class folders ({} train, {} val images), {} data worker(s)".format(
             self.train.root.uri, len(self.train.files), len(self.val.files), self.num_workers)
-
-    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        return self.stream.train(epoch, start_step)
-
-    def eval_batches(self) -> Iterator[Batch]:
-        """This host's part of every padded global evaluation batch: its real examples, then
-        padding."""
-        return self.stream.evaluation()
-
-    def close(self) -> None:
-        self.stream.close()

@@ -24,17 +24,17 @@ need (``trainer.data.shared_memory``), and the plan's figures are logged
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List
+from typing import Dict, List
 
 from trainer import storage
-from trainer.batches import WHOLE, Batch, DataSource, HostPart
+from trainer.batches import WHOLE, HostPart
 from trainer.data import epoch_order, plan, shared_memory, stream
 from trainer.data.shard_index import Shard, load_index, split_identity
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
 
 
-class ShardSource(DataSource):
+class ShardSource(stream.StreamSource):
     """Random-resized-crop + flip for training, 256/224 centre crop for evaluation, uint8."""
 
     def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
@@ -86,15 +86,6 @@ class ShardSource(DataSource):
 
     def plan_lines(self) -> List[str]:
         return plan.plan_lines(self.plan)
-
-    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        return self.stream.train(epoch, start_step)
-
-    def eval_batches(self) -> Iterator[Batch]:
-        return self.stream.evaluation()
-
-    def close(self) -> None:
-        self.stream.close()
 
 
 def _order(shards: List[Shard], shuffled: bool) -> epoch_order.ShardOrder:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from trainer.batches import Batch, pad_batch
+from trainer.batches import Batch, DataSource, pad_batch
 from trainer.data import epoch_order, images, loader, plan
 from trainer.data.shard_reads import prefetched
 
@@ -283,3 +283,18 @@ def _mixed(batches: Sequence[Batch], rows: List[int], local: int) -> Batch:
     return x, labels.index_select(0, torch.tensor(rows, dtype=torch.int64))
 
 
+class StreamSource(DataSource):
+    """A ``DataSource`` whose batches come from its ``stream`` (shards, class folders): one
+    stream for the whole run, ended by ``close``."""
+
+    stream: Stream
+
+    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        return self.stream.train(epoch, start_step)
+
+    def eval_batches(self) -> Iterator[Batch]:
+        """This host's part of every padded global evaluation batch."""
+        return self.stream.evaluation()
+
+    def close(self) -> None:
+        self.stream.close()

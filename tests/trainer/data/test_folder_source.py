@@ -7,7 +7,8 @@ import torch
 
 from conftest import make_image_folder
 from trainer.batches import HostPart, epoch_order
-from trainer.data.folder_source import FolderSource
+from trainer.data.epoch_order import Cut
+from trainer.data.folder_source import FolderOrder, FolderSource
 from trainer.errors import DataError
 
 
@@ -66,3 +67,34 @@ def test_an_image_removed_while_the_run_reads_the_tree_is_one_data_error(tmp_pat
     assert raised.value.message == "{} is gone: it was listed when the run started".format(
         data / "train" / "class1" / "2.png")
     assert "leave --data_dir as it is" in raised.value.hint
+
+
+@pytest.mark.parametrize("hosts, chips", [(1, 4), (16, 4), (64, 4), (64, 8)])
+def test_at_imagenet_size_every_host_and_worker_get_bounded_units_covering_the_epoch(
+        hosts, chips):
+    # ImageNet as class folders (1,281,167 training files), 128 per chip, 32 workers a host,
+    # without reading data: every step's units (per host at most one per worker, each at
+    # most ceil(L / 32) files, the bound plan.unit_bytes sizes /dev/shm by) hold each
+    # example of the epoch's N // B steps once across all hosts.
+    from trainer.data import epoch_order as order_module
+    from trainer.data import plan
+
+    files, workers = 1281167, 32
+    batch = 128 * chips * hosts
+    cut = Cut(files, batch, hosts)
+    order = FolderOrder(files, True)(7, 3)
+    local = cut.local_batch
+    shape = plan.SliceShape(hosts, chips * hosts, batch, batch, workers, 224)
+    bound_rows = -(-local // workers)
+    assert plan.unit_bytes(shape) >= bound_rows * (3 * 224 * 224 + 8)
+    seen = torch.zeros(files, dtype=torch.int8)
+    for host in range(hosts):
+        units = list(order_module.units(order, cut, host, 0, workers))
+        for step in range(cut.steps):
+            mine = [pieces for unit_step, _, _, pieces in units if unit_step == step]
+            assert 1 <= len(mine) <= workers
+            assert all(len(pieces) <= bound_rows for pieces in mine)
+            assert sum(len(pieces) for pieces in mine) == local
+        numbers = torch.tensor([first for unit in units for _, first, _ in unit[3]])
+        seen.index_add_(0, numbers, torch.ones(len(numbers), dtype=torch.int8))
+    assert int(seen.max()) == 1 and int(seen.sum()) == cut.steps * batch

@@ -272,6 +272,7 @@ bench: $(STAMP)
 	$(PY) bench/listing.py
 	$(PY) bench/run_timing.py
 	$(PY) bench/checkpoint_copy.py
+	$(PY) bench/checkpoint_write.py
 	$(PY) bench/epoch_boundary.py
 	$(PY) bench/host_simulation.py
 

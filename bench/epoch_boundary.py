@@ -12,7 +12,9 @@ evaluation step:
 
 A has 5 boundaries more than B (each: the epoch's end, its checkpoint, its evaluation, the
 next epoch's start), so a boundary costs ``(A - B) / 5``, reported in steady steps (goal: at
-most 3). Rounds are interleaved (A, B, C in a rotating order), medians reported. With
+most 3). Rounds are interleaved (A, B, C in a rotating order), medians reported; and since
+the machine's speed drifts between rounds more than a boundary costs, also the median of each
+round's own ``(A - B) / 5``, its A and B having run back to back. With
 ``--before CHECKOUT`` (a worktree of an older commit sharing this venv) each round runs the
 same three there too, so the figures are paired.
 """
@@ -68,7 +70,9 @@ def figures(times: Dict[str, List[float]]) -> Dict[str, float]:
     median = {name: statistics.median(values) for name, values in times.items()}
     steady = (median["B"] - median["C"]) / (STEPS - 39)
     boundary = (median["A"] - median["B"]) / 5
-    return dict(median, steady_step=steady, boundary=boundary, boundary_steps=boundary / steady)
+    in_rounds = statistics.median((a - b) / 5 for a, b in zip(times["A"], times["B"]))
+    return dict(median, steady_step=steady, boundary=boundary, boundary_steps=boundary / steady,
+                round_boundary_steps=in_rounds / steady)
 
 
 def main() -> None:
@@ -98,7 +102,7 @@ def main() -> None:
         result = figures(times[label])
         print("{}: A {A:.2f} s, B {B:.2f} s, C {C:.2f} s; steady step {steady_step:.3f} s; "
               "an epoch boundary costs {boundary:.2f} s = {boundary_steps:.1f} steady steps "
-              "(goal <= 3)".format(label, **result))
+              "(goal <= 3); within rounds {round_boundary_steps:.1f}".format(label, **result))
 
 
 if __name__ == "__main__":

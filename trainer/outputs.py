@@ -25,7 +25,6 @@ SIGTERM exit, wait for it.
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import logging
@@ -39,6 +38,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 
 from trainer.checkpoint_writer import BackgroundWriter
+from trainer.checkpoints import save_file
 from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.storage import Directory, open_dir
 
@@ -252,9 +252,7 @@ class RunOutputs:
 
     def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self.model_dir is not None:
-            buffer = io.BytesIO()
-            torch.save(state_dict, buffer)
-            self.model_dir.write_bytes(MODEL, buffer.getvalue())
+            self.model_dir.write_file(MODEL, lambda path: save_file(state_dict, path))
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         if self.model_dir is not None:

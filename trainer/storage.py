@@ -13,9 +13,10 @@ google-cloud-storage honours ``STORAGE_EMULATOR_HOST`` (the tests use fake-gcs-s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from trainer.errors import StorageError
 from trainer.gcs_listing import object_entries
@@ -47,6 +48,15 @@ class Directory:
     uri = ""
 
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
+        raise NotImplementedError
+
+    def write_file(self, name: str, produce: Callable[[str], None],
+                   overwrite: bool = True) -> None:
+        """Make ``name`` hold the file that ``produce(path)`` writes at a local ``path`` it is
+        given, as atomically as ``write_bytes``: for content too large to hold in memory
+        twice (a checkpoint is serialised straight to disk, and a GCS upload streams it from
+        there). An ``OSError`` from ``produce`` is a ``StorageError``; the partial file is
+        removed."""
         raise NotImplementedError
 
     def read_bytes(self, name: str) -> bytes:
@@ -114,22 +124,22 @@ class LocalDirectory(Directory):
                                "check --job_dir and its permissions")
 
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
+        self.write_file(name, lambda path: _write_local(path, data), overwrite)
+
+    def write_file(self, name: str, produce: Callable[[str], None],
+                   overwrite: bool = True) -> None:
         target = os.path.join(self.path, name)
         folder = os.path.dirname(target)
-        os.makedirs(folder, exist_ok=True)
         if not overwrite and os.path.exists(target):
             raise StorageError("{} already exists".format(target), "use a new name")
-        handle, temporary = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=folder)
         try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
-            _fsync_dir(folder)
+            with _staged(folder) as temporary:
+                produce(temporary)
+                _fsync(temporary)
+                os.replace(temporary, target)
+                _fsync(folder)
         except OSError as error:
-            _remove_quietly(temporary)
-            raise StorageError("cannot write {}: {}".format(target, error.strerror),
+            raise _write_error(target, error,
                                "check free space and permissions of the job dir")
 
     def read_bytes(self, name: str) -> bytes:
@@ -233,6 +243,18 @@ class GcsDirectory(Directory):
         self._call(lambda policy: blob.upload_from_string(data, **dict(condition, **policy)),
                    name)
 
+    def write_file(self, name: str, produce: Callable[[str], None],
+                   overwrite: bool = True) -> None:
+        # Staged in the temporary folder ($TMPDIR): the object appears only once uploaded.
+        with contextlib.ExitStack() as stack:
+            try:
+                temporary = stack.enter_context(_staged(None))
+                produce(temporary)
+            except OSError as error:
+                raise _write_error(self.join(name), error, "check free space in $TMPDIR "
+                                   "({})".format(tempfile.gettempdir()))
+            self._upload(temporary, name, overwrite)
+
     def read_bytes(self, name: str) -> bytes:
         return self._call(lambda policy: read_object(self.bucket.blob(self._key(name)), **policy),
                           name)
@@ -293,8 +315,7 @@ class GcsDirectory(Directory):
             target = _joined(name, relative)
             size = os.path.getsize(path)
             if self._synced.get(target) != size:
-                with open(path, "rb") as handle:
-                    self.write_bytes(target, handle.read())
+                self._upload(path, target)
                 self._synced[target] = size
                 uploaded += 1
         return uploaded
@@ -309,6 +330,13 @@ class GcsDirectory(Directory):
                 self._download(_joined(name, relative), os.path.join(local_path, relative))
                 self._synced[_joined(name, relative)] = size
         return len(_files_under(local_path))
+
+    def _upload(self, local_path: str, name: str, overwrite: bool = True) -> None:
+        """The local file ``local_path`` as the object ``name``, streamed from the disk."""
+        blob = self.bucket.blob(self._key(name))
+        condition = {} if overwrite else {"if_generation_match": 0}
+        self._call(lambda policy: blob.upload_from_filename(
+            local_path, **dict(condition, **policy)), name)
 
     def _download(self, name: str, local_path: str) -> None:
         """Download ``name`` to ``local_path`` atomically (a killed download leaves no file
@@ -415,8 +443,34 @@ def _joined(name: str, relative: str) -> str:
     return "/".join(part for part in (name.rstrip("/"), relative) if part)
 
 
-def _fsync_dir(folder: str) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
+@contextlib.contextmanager
+def _staged(folder: Optional[str]) -> Iterator[str]:
+    """A new empty temporary file in ``folder`` (made if missing; the system's temporary
+    folder for None) for the body to fill and move away; removed if it is still there
+    after the body, whether that succeeded or failed."""
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=folder)
+    os.close(handle)
+    try:
+        yield temporary
+    finally:
+        _remove_quietly(temporary)
+
+
+def _write_error(target: str, error: OSError, hint: str) -> StorageError:
+    return StorageError("cannot write {}: {}".format(target, error.strerror or error), hint)
+
+
+def _write_local(path: str, data: bytes) -> None:
+    with open(path, "wb") as stream:
+        stream.write(data)
+
+
+def _fsync(path: str) -> None:
+    """Flush the file or folder ``path`` to the disk (a rename is durable only once its
+    folder is)."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:

@@ -171,3 +171,17 @@ def test_a_local_job_dir_gets_its_checkpoints_whole(tmp_path):
     assert names == [checkpoint_name(step) for step in (6, 8, 12)]  # the newest 3
     store = CheckpointStore(LocalDirectory(str(job / "checkpoints")))
     assert store.load_latest()[0] == 12
+
+
+@pytest.mark.skipif(not hasattr(threading, "get_native_id"), reason="Python 3.8+ only")
+def test_the_write_runs_nicer_than_the_trainer_and_the_trainer_keeps_its_priority():
+    from trainer.checkpoint_writer import WRITER_NICENESS
+
+    seen = []
+    trainer_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    writer = BackgroundWriter()
+    writer.submit(lambda: seen.append(os.getpriority(os.PRIO_PROCESS,
+                                                     threading.get_native_id())), "probe")
+    writer.wait()
+    assert seen == [min(19, trainer_before + WRITER_NICENESS)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == trainer_before

@@ -83,3 +83,61 @@ def test_walk_lists_every_file_under_a_folder(directory):
     directory.write_bytes("u/3", b"3")
     assert directory.walk("t") == ["t/a/1.JPEG", "t/b/2.JPEG"]
     assert directory.walk("missing") == []
+
+
+@pytest.fixture
+def staging(tmp_path, monkeypatch):
+    """The temporary folder a GCS write stages its file in, empty and watched."""
+    import tempfile
+
+    folder = tmp_path / "tmpdir"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _leftovers(directory, staging):
+    """Files a write may have left behind: temporaries in a local directory, and anything in
+    the staging folder."""
+    local = getattr(directory, "path", None)
+    hidden = [name for name in os.listdir(local) if name.startswith(".tmp-")] if local else []
+    return hidden + os.listdir(str(staging))
+
+
+def test_write_file_lands_what_produce_wrote_and_leaves_nothing_behind(directory, staging):
+    def produce(path):
+        with open(path, "wb") as stream:
+            stream.write(b"x" * 100000)
+
+    directory.write_file("checkpoints/ckpt", produce)
+    assert directory.read_bytes("checkpoints/ckpt") == b"x" * 100000
+    assert _leftovers(directory, staging) == []
+
+
+def test_write_file_failing_keeps_the_previous_content(directory, staging):
+    directory.write_bytes("ckpt", b"previous")
+
+    def disk_full(path):
+        with open(path, "wb") as stream:
+            stream.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(StorageError, match=r"cannot write .*ckpt: No space left on device"):
+        directory.write_file("ckpt", disk_full)
+
+    def interrupted(path):
+        with open(path, "wb") as stream:
+            stream.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # not an OSError: passed on as it is
+        directory.write_file("ckpt", interrupted)
+    assert directory.read_bytes("ckpt") == b"previous"
+    assert _leftovers(directory, staging) == []
+
+
+def test_write_file_without_overwrite_keeps_the_existing_object(directory, staging):
+    directory.write_bytes("model.pt", b"first")
+    with pytest.raises(StorageError, match="already exists|HTTP 412"):
+        directory.write_file("model.pt", lambda path: open(path, "wb").close(), overwrite=False)
+    assert directory.read_bytes("model.pt") == b"first"

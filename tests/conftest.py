@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -131,6 +132,16 @@ def make_tpu_sysfs(root: Path, device_id: str = "0x005e", chips: int = 4,
         (device / "vendor").write_text("0x1ae0\n")
         (device / "device").write_text(pci_id + "\n")
     return root
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch) -> Path:
+    """tempfile's folder for this test, empty, so that what a test leaves behind there (files
+    staged for an upload, working folders) can be seen."""
+    folder = tmp_path / "tmpdir"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 @pytest.fixture

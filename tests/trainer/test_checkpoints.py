@@ -84,3 +84,16 @@ def test_a_checkpoint_that_cannot_be_read_is_a_storage_error_not_corrupt(tmp_pat
     (tmp_path / checkpoint_name(9)).mkdir()
     with pytest.raises(StorageError, match="cannot read .*ckpt-000000009.pt"):
         store.load_latest()
+
+
+def test_a_gcs_checkpoint_is_staged_in_tempfiles_folder_and_removed_once_uploaded(
+        gcs, scratch):
+    from trainer.storage import open_dir
+
+    store = CheckpointStore(open_dir("gs://{}/job/checkpoints".format(gcs.name)), keep=2)
+    # 12 MB: past google-cloud-storage's 8 MB, a resumable upload, as a real checkpoint's is.
+    big = {"step": 5, "model": {"w": torch.arange(3_000_000, dtype=torch.float32)}}
+    store.save(5, big)
+    assert list(scratch.iterdir()) == []
+    step, loaded = store.load_latest()
+    assert step == 5 and torch.equal(loaded["model"]["w"], big["model"]["w"])

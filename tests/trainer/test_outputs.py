@@ -1,7 +1,6 @@
 """trainer.outputs and trainer.config: where outputs go, and the platform's flag spellings."""
 
 import json
-import tempfile
 
 import pytest
 from gcs_fault_proxy import Rule
@@ -93,15 +92,6 @@ def test_gcs_flush_uploads_only_what_changed(gcs):
     assert len(gcs.blob("job/metrics.jsonl").download_as_bytes().splitlines()) == 2
     assert any(blob.name.startswith("job/tensorboard/events.out.tfevents")
                for blob in gcs.list_blobs(prefix="job/"))
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """tempfile's folder for this test, so what RunOutputs leaves behind can be seen."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def test_a_failed_run_leaves_no_working_folder(gcs, scratch):

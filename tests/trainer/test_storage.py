@@ -85,36 +85,25 @@ def test_walk_lists_every_file_under_a_folder(directory):
     assert directory.walk("missing") == []
 
 
-@pytest.fixture
-def staging(tmp_path, monkeypatch):
-    """The temporary folder a GCS write stages its file in, empty and watched."""
-    import tempfile
-
-    folder = tmp_path / "tmpdir"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
-def _leftovers(directory, staging):
+def _leftovers(directory, scratch):
     """Files a write may have left behind: temporaries in a local directory, and anything in
-    the staging folder."""
+    tempfile's folder (where a GCS write stages its file)."""
     local = getattr(directory, "path", None)
     hidden = [name for name in os.listdir(local) if name.startswith(".tmp-")] if local else []
-    return hidden + os.listdir(str(staging))
+    return hidden + os.listdir(str(scratch))
 
 
-def test_write_file_lands_what_produce_wrote_and_leaves_nothing_behind(directory, staging):
+def test_write_file_lands_what_produce_wrote_and_leaves_nothing_behind(directory, scratch):
     def produce(path):
         with open(path, "wb") as stream:
             stream.write(b"x" * 100000)
 
     directory.write_file("checkpoints/ckpt", produce)
     assert directory.read_bytes("checkpoints/ckpt") == b"x" * 100000
-    assert _leftovers(directory, staging) == []
+    assert _leftovers(directory, scratch) == []
 
 
-def test_write_file_failing_keeps_the_previous_content(directory, staging):
+def test_write_file_failing_keeps_the_previous_content(directory, scratch):
     directory.write_bytes("ckpt", b"previous")
 
     def disk_full(path):
@@ -133,10 +122,10 @@ def test_write_file_failing_keeps_the_previous_content(directory, staging):
     with pytest.raises(KeyboardInterrupt):  # not an OSError: passed on as it is
         directory.write_file("ckpt", interrupted)
     assert directory.read_bytes("ckpt") == b"previous"
-    assert _leftovers(directory, staging) == []
+    assert _leftovers(directory, scratch) == []
 
 
-def test_write_file_without_overwrite_keeps_the_existing_object(directory, staging):
+def test_write_file_without_overwrite_keeps_the_existing_object(directory, scratch):
     directory.write_bytes("model.pt", b"first")
     with pytest.raises(StorageError, match="already exists|HTTP 412"):
         directory.write_file("model.pt", lambda path: open(path, "wb").close(), overwrite=False)

@@ -14,7 +14,10 @@ A has 5 boundaries more than B (each: the epoch's end, its checkpoint, its evalu
 next epoch's start), so a boundary costs ``(A - B) / 5``, reported in steady steps (goal: at
 most 3). Rounds are interleaved (A, B, C in a rotating order), medians reported; and since
 the machine's speed drifts between rounds more than a boundary costs, also the median of each
-round's own ``(A - B) / 5``, its A and B having run back to back. With
+round's own ``(A - B) / 5``, its A and B having run back to back. Compiling the run's graphs
+(about half of C, and the same graphs in A, B and C) is most of that drift, so every figure
+is given twice: from wall seconds, and from wall seconds less the compilation each run
+reported (``compile_seconds`` in its ``summary.json``). With
 ``--before CHECKOUT`` (a worktree of an older commit sharing this venv) each round runs the
 same three there too, so the figures are paired.
 """
@@ -22,6 +25,7 @@ same three there too, so the figures are paired.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -29,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -49,8 +53,11 @@ def shard_set(folder: Path, per_class: int) -> Path:
     return folder / "shards"
 
 
-def run_seconds(checkout: Path, data: Path, epochs: int, scratch: Path) -> float:
-    """Wall seconds of one whole trainer process from ``checkout`` (fresh job dir)."""
+def run_seconds(checkout: Path, data: Path, epochs: int,
+                scratch: Path) -> Tuple[float, float, int]:
+    """Wall seconds of one whole trainer process from ``checkout`` (fresh job dir), those
+    seconds less the compilation the run reported in its ``summary.json``, and the number of
+    graphs it compiled."""
     job = Path(tempfile.mkdtemp(dir=str(scratch)))
     command = [sys.executable, "-m", "trainer.imagenet", "--data_dir=" + str(data),
                "--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=2",
@@ -63,10 +70,12 @@ def run_seconds(checkout: Path, data: Path, epochs: int, scratch: Path) -> float
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit("{} failed: {}".format(" ".join(command), result.stderr[-2000:]))
-    return seconds
+    summary = json.loads((job / "summary.json").read_text())
+    return seconds, seconds - summary["compile_seconds"], summary["compile_count"]
 
 
 def figures(times: Dict[str, List[float]]) -> Dict[str, float]:
+    """The boundary's cost from one kind of seconds per run (``times[run]``, one per round)."""
     median = {name: statistics.median(values) for name, values in times.items()}
     steady = (median["B"] - median["C"]) / (STEPS - 39)
     boundary = (median["A"] - median["B"]) / 5
@@ -88,22 +97,25 @@ def main() -> None:
         folder = Path(temp)
         data = {name: shard_set(folder / name, per_class)
                 for name, per_class in TRAIN_PER_CLASS.items()}
-        times = {label: {name: [] for name in RUNS} for label in checkouts}
+        kinds = ("wall", "less compilation")
+        times = {(label, kind): {name: [] for name in RUNS}
+                 for label in checkouts for kind in kinds}
         order = list(RUNS)
         for round_number in range(args.rounds):
             for name in order[round_number % 3:] + order[:round_number % 3]:
                 for label, checkout in checkouts.items():
                     shards, epochs = RUNS[name]
-                    seconds = run_seconds(checkout, data[shards], epochs, folder)
-                    times[label][name].append(seconds)
-                    print("round {} {} {}: {:.2f} s".format(round_number + 1, label, name,
-                                                            seconds), flush=True)
-    for label in checkouts:
-        result = figures(times[label])
-        print("{}: A {A:.2f} s, B {B:.2f} s, C {C:.2f} s; steady step {steady_step:.3f} s; "
+                    result = run_seconds(checkout, data[shards], epochs, folder)
+                    for kind, value in zip(kinds, result):
+                        times[label, kind][name].append(value)
+                    print("round {} {} {}: {:.2f} s, {:.2f} s less compilation ({} graphs)"
+                          .format(round_number + 1, label, name, *result), flush=True)
+    for (label, kind), runs in times.items():
+        result = figures(runs)
+        print("{} ({}): A {A:.2f} s, B {B:.2f} s, C {C:.2f} s; steady step {steady_step:.3f} s; "
               "an epoch boundary costs {boundary:.2f} s = {boundary_steps:.1f} steady steps "
-              "(goal <= 3); within rounds {round_boundary_steps:.1f}".format(label, **result))
-
+              "(goal <= 3); within rounds {round_boundary_steps:.1f}".format(
+                  label, kind, **result))
 
 if __name__ == "__main__":
     main()

@@ -5,10 +5,12 @@ bench/checkpoint_write.py [--repeats N]).
 
 ResNet-18 and ResNet-50 (1,000 classes) with SGD momentum, their state in host memory as
 ``checkpoints.to_cpu`` leaves it, written to a local job dir (fsync included). Each way is
-timed ``--repeats`` times, alternating; reported are the median seconds and the most the
-process's resident memory grew above the state during one write (``VmHWM`` after resetting
-it through ``/proc/self/clear_refs``, Linux only). The write runs on a thread of its own
-during training, so both its CPU time and its memory are taken from the data workers.
+timed ``--repeats`` times, alternating, in a thread of its own as in the trainer; reported
+are the median seconds, the most the process's resident memory grew above the state during
+one write (``VmHWM`` after resetting it through ``/proc/self/clear_refs``, Linux only), and
+the median time the calling thread (the training loop, in the trainer) could not run while
+the write went on: its CPU time and memory are taken from the data workers, and while it
+holds the GIL the loop cannot dispatch a step.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import io
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +43,9 @@ def host_state(name: str):
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 1}
 
 
+STALL = 0.005  # a 1 ms sleep that took longer than this was held up
+
+
 def _status_kb(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
@@ -49,14 +55,27 @@ def _status_kb(field: str) -> int:
 
 
 def measured(write) -> tuple:
-    """(seconds, MB the resident memory peaked above where it started) of ``write()``."""
+    """(seconds, MB the resident memory peaked above where it started, seconds the calling
+    thread stalled) of ``write()`` run in a thread of its own, as the trainer runs it, while
+    this thread wakes every millisecond as a training loop would need to: a wake-up that
+    comes more than ``STALL`` late was held up (by the GIL, or the CPU)."""
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # the peak (VmHWM) starts again from the current size
     before = _status_kb("VmRSS")
-    started = time.perf_counter()
-    write()
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (write(), done.set()))
+    stalled = 0.0
+    started = last = time.perf_counter()
+    writer.start()
+    while not done.is_set():
+        time.sleep(0.001)
+        now = time.perf_counter()
+        if now - last > STALL:
+            stalled += now - last
+        last = now
+    writer.join()
     seconds = time.perf_counter() - started
-    return seconds, (_status_kb("VmHWM") - before) / 1024
+    return seconds, (_status_kb("VmHWM") - before) / 1024, stalled
 
 
 def compare(name: str, scratch: str, repeats: int) -> None:
@@ -76,14 +95,14 @@ def compare(name: str, scratch: str, repeats: int) -> None:
         for way, write in ways.items():
             results[way].append(measured(write))
     megabytes = (Path(scratch) / "buffered.pt").stat().st_size / 1e6
-    seconds = {way: statistics.median(s for s, _ in runs) for way, runs in results.items()}
-    peak = {way: max(m for _, m in runs) for way, runs in results.items()}
-    print("{}: {:.0f} MB checkpoint: buffered {:.0f} ms, +{:.0f} MB peak; streamed "
-          "{:.0f} ms, +{:.0f} MB peak (time ratio {:.2f})".format(
-              name, megabytes, 1e3 * seconds["buffered"], peak["buffered"],
-              1e3 * seconds["streamed"], peak["streamed"],
-              seconds["buffered"] / seconds["streamed"]), flush=True)
-
+    seconds, peak, stalled = ({way: statistic(run[field] for run in runs)
+                               for way, runs in results.items()}
+                              for field, statistic in ((0, statistics.median), (1, max),
+                                                       (2, statistics.median)))
+    print("{}: {:.0f} MB checkpoint".format(name, megabytes) + "".join(
+        "; {} {:.0f} ms, +{:.0f} MB peak, caller stalled {:.0f} ms".format(
+            way, 1e3 * seconds[way], peak[way], 1e3 * stalled[way]) for way in ways)
+        + " (time ratio {:.2f})".format(seconds["buffered"] / seconds["streamed"]), flush=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

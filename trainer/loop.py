@@ -161,6 +161,8 @@ def evaluate(steps: Steps, batches: Iterable,
         counts = steps.evaluate(x, y, counts)
     xla.sync()
     correct, seen = counts
-    count = int(seen.item())
+    # One transfer for every count: ``.item()`` on each would wait for a round trip per k.
+    fetched = xla.to_host([seen] + list(correct))
+    count = int(fetched[0].item())
     return {"top{}".format(k): (float(total.item()) / count if count else 0.0)
-            for total, k in zip(correct, steps.topk)}
+            for total, k in zip(fetched[1:], steps.topk)}

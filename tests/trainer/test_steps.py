@@ -190,3 +190,28 @@ def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_float32_weights(path):
 def test_unknown_precision_is_a_usage_error():
     with pytest.raises(TrainerError, match="--precision='fp16' is not one of fp32, bf16"):
         TrainConfig(fake_data=True, precision="fp16")
+
+
+@pytest.mark.parametrize("path", [xla.LAZY, xla.COMPILED])
+def test_an_evaluation_fetches_its_counts_in_one_transfer(path):
+    # One ``.item()`` per count waited for a device round trip each (3 here: examples seen,
+    # top-1, top-3), on every host at every evaluation.
+    import torch_xla.debug.metrics as met
+
+    from trainer.loop import evaluate
+
+    dev = xla.device()
+    model = evaluation_model(dev)
+    optimizer, rate = build_optimizer(TrainConfig(fake_data=True, num_epochs=1), model, 1)
+    runner = Steps(model, optimizer, rate, F.nll_loss, (1, 3), path)
+    batches = [(x.to(dev), labels.to(dev)) for x, labels in evaluation_batches()]
+    xla.sync()
+
+    def transfers():
+        data = met.metric_data("TransferFromDeviceTime")
+        return data[0] if data else 0
+
+    before = transfers()
+    accuracy = evaluate(runner, batches)
+    assert transfers() - before == 1
+    assert 0 < accuracy["top1"] < accuracy["top3"] <= 1

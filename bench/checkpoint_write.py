@@ -5,7 +5,7 @@ bench/checkpoint_write.py [--repeats N]).
 
 ResNet-18 and ResNet-50 (1,000 classes) with SGD momentum, their state in host memory as
 ``checkpoints.to_cpu`` leaves it, written to a local job dir (fsync included). Each way is
-timed ``--repeats`` times, alternating, in a thread of its own as in the trainer; reported
+timed ``--repeats`` times, alternating, in a ``BackgroundWriter`` as in the trainer; reported
 are the median seconds, the most the process's resident memory grew above the state during
 one write (``VmHWM`` after resetting it through ``/proc/self/clear_refs``, Linux only), and
 the median time the calling thread (the training loop, in the trainer) could not run while
@@ -20,7 +20,6 @@ import io
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
+from trainer.checkpoint_writer import BackgroundWriter  # noqa: E402
 from trainer.checkpoints import CheckpointStore  # noqa: E402
 from trainer.storage import open_dir  # noqa: E402
 
@@ -56,24 +56,24 @@ def _status_kb(field: str) -> int:
 
 def measured(write) -> tuple:
     """(seconds, MB the resident memory peaked above where it started, seconds the calling
-    thread stalled) of ``write()`` run in a thread of its own, as the trainer runs it, while
-    this thread wakes every millisecond as a training loop would need to: a wake-up that
-    comes more than ``STALL`` late was held up (by the GIL, or the CPU)."""
+    thread stalled) of ``write()`` handed to a ``BackgroundWriter``, as the trainer hands it
+    (a thread of its own, niced), while this thread wakes every millisecond as a training loop
+    would need to: a wake-up that comes more than ``STALL`` late was held up (by the GIL, or
+    the CPU)."""
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # the peak (VmHWM) starts again from the current size
     before = _status_kb("VmRSS")
-    done = threading.Event()
-    writer = threading.Thread(target=lambda: (write(), done.set()))
+    writer = BackgroundWriter(name="bench-writer")
     stalled = 0.0
     started = last = time.perf_counter()
-    writer.start()
-    while not done.is_set():
+    writer.submit(write, "bench checkpoint")
+    while writer.busy():
         time.sleep(0.001)
         now = time.perf_counter()
         if now - last > STALL:
             stalled += now - last
         last = now
-    writer.join()
+    writer.wait()  # a failed write is raised here
     seconds = time.perf_counter() - started
     return seconds, (_status_kb("VmHWM") - before) / 1024, stalled
 

@@ -14,7 +14,7 @@ A has 5 boundaries more than B (each: the epoch's end, its checkpoint, its evalu
 next epoch's start), so a boundary costs ``(A - B) / 5``, reported in steady steps (goal: at
 most 3). Rounds are interleaved (A, B, C in a rotating order), medians reported; and since
 the machine's speed drifts between rounds more than a boundary costs, also the median of each
-round's own ``(A - B) / 5``, its A and B having run back to back. Compiling the run's graphs
+round's own ``(A - B) / 5``, its A and B having run in the same round. Compiling the run's graphs
 (about half of C, and the same graphs in A, B and C) is most of that drift, so every figure
 is given twice: from wall seconds, and from wall seconds less the compilation each run
 reported (``compile_seconds`` in its ``summary.json``). With

@@ -16,13 +16,15 @@ atomically (a local rename, a GCS object that appears only when its upload compl
 The writing thread runs at a lower CPU priority (``WRITER_NICENESS``): on a host whose cores
 are busy, the data workers feeding the next steps come first and the write takes what is
 left; nothing waits for it until the next checkpoint, the end of the run or a SIGTERM, and
-then the workers are idle. Measured: ``bench/epoch_boundary.py``. On Python 3.7 a thread has
-no portable native id, so there the writer runs at the trainer's priority.
+then the workers are idle. (On this project's 2-core machine the effect was below the
+noise of ``bench/epoch_boundary.py``: docs/benchmarks.md.) On Python 3.7 a thread has no
+native id, so there the writer runs at the trainer's priority.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import Callable, Optional
@@ -86,8 +88,8 @@ class BackgroundWriter:
         return None
 
     def _run(self, write: Callable[[], None]) -> None:
-        _lower_priority(WRITER_NICENESS)
         try:
+            _lower_priority(WRITER_NICENESS)
             write()
         except BaseException as error:  # raised in the training thread by wait()
             self._error = error
@@ -96,13 +98,14 @@ class BackgroundWriter:
 def _lower_priority(niceness: int) -> None:
     """Make the calling thread ``niceness`` nicer than it is, where the system allows: a
     thread's own niceness needs its native id (Python 3.8+) and Linux, whose
-    ``setpriority`` takes a thread id; elsewhere, or when refused, nothing changes."""
+    ``setpriority`` takes a thread id (elsewhere it takes a process id: never passed one);
+    otherwise, or when refused, nothing changes."""
     native_id = getattr(threading, "get_native_id", None)
-    if native_id is None or not hasattr(os, "setpriority"):
+    if native_id is None or not sys.platform.startswith("linux"):
         return
     thread = native_id()
     try:
         current = os.getpriority(os.PRIO_PROCESS, thread)
         os.setpriority(os.PRIO_PROCESS, thread, min(19, current + niceness))
-    except OSError:
+    except OSError:  # not allowed here (a seccomp profile, say): run at the usual priority
         pass

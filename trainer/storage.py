@@ -214,6 +214,12 @@ class LocalDirectory(Directory):
 RETRY_DEADLINE_S = 300.0
 
 
+# A resumable upload's chunk (a multiple of 256 KiB): the library's default reads 100 MiB of
+# the file into memory at a time; 16 MiB keeps a checkpoint's upload small in memory at a few
+# more requests (13 for ResNet-50's 205 MB).
+UPLOAD_CHUNK_BYTES = 16 * 1024 * 1024
+
+
 class GcsDirectory(Directory):
     def __init__(self, bucket: str, prefix: str) -> None:
         self.bucket_name, self.prefix = bucket, prefix
@@ -252,7 +258,7 @@ class GcsDirectory(Directory):
                 produce(temporary)
             except OSError as error:
                 raise _write_error(self.join(name), error, "check free space in $TMPDIR "
-                                   "({})".format(tempfile.gettempdir()))
+                                   "({})".format(os.environ.get("TMPDIR", "/tmp")))
             self._upload(temporary, name, overwrite)
 
     def read_bytes(self, name: str) -> bytes:
@@ -332,11 +338,16 @@ class GcsDirectory(Directory):
         return len(_files_under(local_path))
 
     def _upload(self, local_path: str, name: str, overwrite: bool = True) -> None:
-        """The local file ``local_path`` as the object ``name``, streamed from the disk."""
-        blob = self.bucket.blob(self._key(name))
+        """The local file ``local_path`` as the object ``name``, streamed from the disk (a
+        file past 8 MB in chunks of ``UPLOAD_CHUNK_BYTES``, so never held in memory whole)."""
+        blob = self.bucket.blob(self._key(name), chunk_size=UPLOAD_CHUNK_BYTES)
         condition = {} if overwrite else {"if_generation_match": 0}
-        self._call(lambda policy: blob.upload_from_filename(
-            local_path, **dict(condition, **policy)), name)
+        try:
+            self._call(lambda policy: blob.upload_from_filename(
+                local_path, **dict(condition, **policy)), name)
+        except FileNotFoundError:  # a 404 on a write: the bucket itself is missing
+            raise StorageError("cannot write {}: bucket {} does not exist".format(
+                self.join(name), self.bucket_name), "check the bucket name of the job dir")
 
     def _download(self, name: str, local_path: str) -> None:
         """Download ``name`` to ``local_path`` atomically (a killed download leaves no file

@@ -1,5 +1,8 @@
 """trainer.checkpoints: keep-K, newest valid checkpoint wins, damaged ones are skipped."""
 
+import os
+
+import pytest
 import torch
 
 from trainer.checkpoints import CheckpointStore, checkpoint_name, mismatch, to_cpu
@@ -91,9 +94,30 @@ def test_a_gcs_checkpoint_is_staged_in_tempfiles_folder_and_removed_once_uploade
     from trainer.storage import open_dir
 
     store = CheckpointStore(open_dir("gs://{}/job/checkpoints".format(gcs.name)), keep=2)
-    # 12 MB: past google-cloud-storage's 8 MB, a resumable upload, as a real checkpoint's is.
-    big = {"step": 5, "model": {"w": torch.arange(3_000_000, dtype=torch.float32)}}
+    # 20 MB: past google-cloud-storage's 8 MB, a resumable upload as a real checkpoint's is,
+    # sent in 2 chunks (storage.UPLOAD_CHUNK_BYTES). Staged where tempfile stages: seen there.
+    big = {"step": 5, "model": {"w": torch.arange(5_000_000, dtype=torch.float32)}}
+    staged = []
+    original = store.directory.write_file
+
+    def watched(name, produce, overwrite=True):
+        def produce_and_look(path):
+            produce(path)
+            staged.append((os.path.dirname(path), os.path.getsize(path)))
+        return original(name, produce_and_look, overwrite)
+
+    store.directory.write_file = watched
     store.save(5, big)
-    assert list(scratch.iterdir()) == []
+    assert staged and staged[0][0] == str(scratch) and staged[0][1] > 20_000_000
+    assert list(scratch.iterdir()) == []  # removed once uploaded
     step, loaded = store.load_latest()
     assert step == 5 and torch.equal(loaded["model"]["w"], big["model"]["w"])
+
+
+def test_a_full_disk_while_saving_is_an_oserror_not_a_torch_error():
+    # What ``Directory.write_file`` turns into one line (exit 74); torch's writer must not
+    # replace it with its own error as it closes the archive.
+    from trainer.checkpoints import save_file
+
+    with pytest.raises(OSError, match="No space left"):
+        save_file(state(1), "/dev/full")

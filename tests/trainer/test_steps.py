@@ -214,4 +214,6 @@ def test_an_evaluation_fetches_its_counts_in_one_transfer(path):
     before = transfers()
     accuracy = evaluate(runner, batches)
     assert transfers() - before == 1
-    assert 0 < accuracy["top1"] < accuracy["top3"] <= 1
+    (top1, top3), seen = count_hits(path)  # the same model's counts, fetched one by one
+    assert (accuracy["top1"], accuracy["top3"]) == (top1 / seen, top3 / seen)
+    assert 0 < top1 < top3 < seen

@@ -65,10 +65,14 @@ def summary_in_range(job):
 
 
 def test_a_starved_run_says_input_bound_with_its_fix(large_image_shards, tmp_path):
+    # Starved whatever the machine: one worker decodes two 6 MB noise JPEGs per step while a
+    # step of two 16 px images takes a fraction of that. With batch 2 an epoch is 8 steps:
+    # at 4 steps an epoch the stream's prefetch (13 local batches, trainer.data.plan), filled
+    # while the first step compiled, covered most of the run, which then waited 9 % once.
     job = tmp_path / "job"
     out = run_trainer("trainer.imagenet", "--data_dir=" + str(large_image_shards),
                       "--num_workers=1", "--model=resnet18", "--image_size=16",
-                      "--batch_size=4", "--num_epochs=3", "--warmup_epochs=0", "--log_steps=2",
+                      "--batch_size=2", "--num_epochs=3", "--warmup_epochs=0", "--log_steps=2",
                       "--job_dir=" + str(job))
     output = out.splitlines()
     [at] = [number for number, line in enumerate(output) if "input-bound" in line]  # once

@@ -3,7 +3,8 @@ buffer and writing its value, against ``torch.save`` straight into the staged fi
 (``CheckpointStore.save`` through ``Directory.write_file``) (run: make bench, or python
 bench/checkpoint_write.py [--repeats N]).
 
-ResNet-18 and ResNet-50 (1,000 classes) with SGD momentum, their state in host memory as
+ResNet-18 and ResNet-50 (1,000 classes) after two SGD steps with momentum on the XLA CPU
+device (``checkpoint_copy.trained_state``), their state in host memory as
 ``checkpoints.to_cpu`` leaves it, written to a local job dir (fsync included). Each way is
 timed ``--repeats`` times, alternating, in a ``BackgroundWriter`` as in the trainer; reported
 are the median seconds, the most the process's resident memory grew above the state during
@@ -26,22 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-import torchvision  # noqa: E402
+from checkpoint_copy import trained_state  # noqa: E402
 
+from trainer import xla  # noqa: E402
 from trainer.checkpoint_writer import BackgroundWriter  # noqa: E402
-from trainer.checkpoints import CheckpointStore  # noqa: E402
+from trainer.checkpoints import CheckpointStore, to_cpu  # noqa: E402
 from trainer.storage import open_dir  # noqa: E402
-
-
-def host_state(name: str):
-    """A model's and its SGD optimizer's state (momentum buffers filled), in host memory."""
-    model = getattr(torchvision.models, name)(num_classes=1000)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    torch.nn.functional.cross_entropy(model(torch.randn(2, 3, 32, 32)),
-                                      torch.tensor([1, 2])).backward()
-    optimizer.step()
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 1}
-
 
 STALL = 0.005  # a 1 ms sleep that took longer than this was held up
 
@@ -80,7 +71,8 @@ def measured(write) -> tuple:
 
 def compare(name: str, scratch: str, repeats: int) -> None:
     """Time both ways for the model ``name`` and print one line."""
-    state = host_state(name)
+    # As ``checkpoints.to_cpu`` hands it to the writer (checkpoint_copy's trained state).
+    state = to_cpu(trained_state(name), xla.to_host)
     directory = open_dir(scratch)
     store = CheckpointStore(directory, keep=1)
 

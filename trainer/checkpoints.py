@@ -49,8 +49,8 @@ class CheckpointStore:
 
     def save(self, step: int, state: Dict[str, Any]) -> str:
         """Write ``state`` (tensors already on the CPU) as the checkpoint of ``step``,
-        serialised straight to a file: no copy of it in memory (ResNet-50's would be two of
-        205 MB, in a bytes buffer and its value)."""
+        serialised straight to a file: no copy of it in memory (a bytes buffer held one, 205 MB
+        for ResNet-50, while the write went on)."""
         name = checkpoint_name(step)
         self.directory.write_file(name, lambda path: save_file(state, path))
         # Rotation among this step and earlier ones only: a later checkpoint is another

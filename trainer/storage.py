@@ -55,8 +55,25 @@ class Directory:
         """Make ``name`` hold the file that ``produce(path)`` writes at a local ``path`` it is
         given, as atomically as ``write_bytes``: for content too large to hold in memory
         twice (a checkpoint is serialised straight to disk, and a GCS upload streams it from
-        there). An ``OSError`` from ``produce`` is a ``StorageError``; the partial file is
+        there). An ``OSError`` on the way is a ``StorageError``; the staged file is always
         removed."""
+        try:
+            with _staged(self._staging_folder(name)) as temporary:
+                produce(temporary)
+                self._place(temporary, name, overwrite)
+        except OSError as error:
+            raise StorageError("cannot write {}: {}".format(
+                self.join(name), error.strerror or error), self._write_hint())
+
+    def _staging_folder(self, name: str) -> Optional[str]:
+        """Where ``write_file`` stages ``name`` (None: the system's temporary folder)."""
+        raise NotImplementedError
+
+    def _place(self, staged: str, name: str, overwrite: bool) -> None:
+        """Make ``name`` hold the complete local file ``staged``."""
+        raise NotImplementedError
+
+    def _write_hint(self) -> str:
         raise NotImplementedError
 
     def read_bytes(self, name: str) -> bytes:
@@ -126,21 +143,19 @@ class LocalDirectory(Directory):
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
         self.write_file(name, lambda path: _write_local(path, data), overwrite)
 
-    def write_file(self, name: str, produce: Callable[[str], None],
-                   overwrite: bool = True) -> None:
+    def _staging_folder(self, name: str) -> Optional[str]:
+        return os.path.dirname(os.path.join(self.path, name))  # a rename within one folder
+
+    def _place(self, staged: str, name: str, overwrite: bool) -> None:
         target = os.path.join(self.path, name)
-        folder = os.path.dirname(target)
         if not overwrite and os.path.exists(target):
             raise StorageError("{} already exists".format(target), "use a new name")
-        try:
-            with _staged(folder) as temporary:
-                produce(temporary)
-                _fsync(temporary)
-                os.replace(temporary, target)
-                _fsync(folder)
-        except OSError as error:
-            raise _write_error(target, error,
-                               "check free space and permissions of the job dir")
+        _fsync(staged)
+        os.replace(staged, target)
+        _fsync(os.path.dirname(target))
+
+    def _write_hint(self) -> str:
+        return "check free space and permissions of the job dir"
 
     def read_bytes(self, name: str) -> bytes:
         path = os.path.join(self.path, name)
@@ -244,22 +259,18 @@ class GcsDirectory(Directory):
         return "{}/{}".format(self.prefix, name) if self.prefix else name
 
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
-        blob = self.bucket.blob(self._key(name))
-        condition = {} if overwrite else {"if_generation_match": 0}
-        self._call(lambda policy: blob.upload_from_string(data, **dict(condition, **policy)),
-                   name)
+        self._upload(name, overwrite, lambda blob, options: blob.upload_from_string(
+            data, **options))
 
-    def write_file(self, name: str, produce: Callable[[str], None],
-                   overwrite: bool = True) -> None:
-        # Staged in the temporary folder ($TMPDIR): the object appears only once uploaded.
-        with contextlib.ExitStack() as stack:
-            try:
-                temporary = stack.enter_context(_staged(None))
-                produce(temporary)
-            except OSError as error:
-                raise _write_error(self.join(name), error, "check free space in $TMPDIR "
-                                   "({})".format(os.environ.get("TMPDIR", "/tmp")))
-            self._upload(temporary, name, overwrite)
+    def _staging_folder(self, name: str) -> Optional[str]:
+        return None  # the object appears only once uploaded: no need to stage it nearby
+
+    def _place(self, staged: str, name: str, overwrite: bool) -> None:
+        self._upload(name, overwrite, lambda blob, options: blob.upload_from_filename(
+            staged, **options))
+
+    def _write_hint(self) -> str:  # what is local to a GCS write: the staged file
+        return "check free space in $TMPDIR ({})".format(os.environ.get("TMPDIR", "/tmp"))
 
     def read_bytes(self, name: str) -> bytes:
         return self._call(lambda policy: read_object(self.bucket.blob(self._key(name)), **policy),
@@ -291,9 +302,7 @@ class GcsDirectory(Directory):
             return self._call(lambda policy: [name[base:] for name, _ in object_entries(
                 self.bucket.client, self.bucket_name, start, policy, delimiter)], prefix)
         except FileNotFoundError:  # listing answers 404 only when the bucket is missing
-            raise StorageError("bucket gs://{} does not exist".format(self.bucket_name),
-                               "create it (gcloud storage buckets create gs://{}) or fix the "
-                               "path".format(self.bucket_name))
+            raise self._missing_bucket()
 
     def delete(self, name: str) -> None:
         try:
@@ -321,7 +330,7 @@ class GcsDirectory(Directory):
             target = _joined(name, relative)
             size = os.path.getsize(path)
             if self._synced.get(target) != size:
-                self._upload(path, target)
+                self._place(path, target, overwrite=True)
                 self._synced[target] = size
                 uploaded += 1
         return uploaded
@@ -337,17 +346,21 @@ class GcsDirectory(Directory):
                 self._synced[_joined(name, relative)] = size
         return len(_files_under(local_path))
 
-    def _upload(self, local_path: str, name: str, overwrite: bool = True) -> None:
-        """The local file ``local_path`` as the object ``name``, streamed from the disk (a
-        file past 8 MB in chunks of ``UPLOAD_CHUNK_BYTES``, so never held in memory whole)."""
+    def _upload(self, name: str, overwrite: bool, send) -> None:
+        """``send(blob, options)``: upload the object ``name`` with the retry policy and, unless
+        ``overwrite``, the precondition that it does not exist yet (``options``). A file past
+        8 MB goes in chunks of ``UPLOAD_CHUNK_BYTES``, never held in memory whole."""
         blob = self.bucket.blob(self._key(name), chunk_size=UPLOAD_CHUNK_BYTES)
         condition = {} if overwrite else {"if_generation_match": 0}
         try:
-            self._call(lambda policy: blob.upload_from_filename(
-                local_path, **dict(condition, **policy)), name)
+            self._call(lambda policy: send(blob, dict(condition, **policy)), name)
         except FileNotFoundError:  # a 404 on a write: the bucket itself is missing
-            raise StorageError("cannot write {}: bucket {} does not exist".format(
-                self.join(name), self.bucket_name), "check the bucket name of the job dir")
+            raise self._missing_bucket()
+
+    def _missing_bucket(self) -> StorageError:
+        return StorageError("bucket gs://{} does not exist".format(self.bucket_name),
+                            "create it (gcloud storage buckets create gs://{}) or fix the "
+                            "path".format(self.bucket_name))
 
     def _download(self, name: str, local_path: str) -> None:
         """Download ``name`` to ``local_path`` atomically (a killed download leaves no file
@@ -467,10 +480,6 @@ def _staged(folder: Optional[str]) -> Iterator[str]:
         yield temporary
     finally:
         _remove_quietly(temporary)
-
-
-def _write_error(target: str, error: OSError, hint: str) -> StorageError:
-    return StorageError("cannot write {}: {}".format(target, error.strerror or error), hint)
 
 
 def _write_local(path: str, data: bytes) -> None:

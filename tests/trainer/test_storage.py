@@ -130,3 +130,13 @@ def test_write_file_without_overwrite_keeps_the_existing_object(directory, scrat
     with pytest.raises(StorageError, match="already exists|HTTP 412"):
         directory.write_file("model.pt", lambda path: open(path, "wb").close(), overwrite=False)
     assert directory.read_bytes("model.pt") == b"first"
+
+
+def test_writing_into_a_missing_bucket_is_one_storage_error_naming_it(gcs, scratch):
+    # A 404 on an upload was a bare FileNotFoundError: a traceback from ``save_model``.
+    directory = open_dir("gs://no-such-bucket-{}/job".format(gcs.name))
+    for write in (lambda: directory.write_bytes("metrics.jsonl", b"{}"),
+                  lambda: directory.write_file("model.pt", lambda path: None)):
+        with pytest.raises(StorageError, match=r"bucket gs://no-such-bucket-\S+ does not exist"):
+            write()
+    assert list(scratch.iterdir()) == []

@@ -38,6 +38,10 @@ if __name__ == "__main__":
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
           "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2")
 NUM_CLASSES = 1000
+# Every model above halves the image five times (stem convolution, max pool, three strided
+# stages; each rounds up) before its last BatchNorm layers: their feature maps are
+# ceil(image_size / 32) pixels square.
+DOWNSAMPLING = 32
 # Fake data: the size of ImageNet-1k, so steps per epoch match a real run.
 FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 1281167, 50000
 
@@ -61,6 +65,19 @@ def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:
     # so the model and its saved weights stay torchvision's (which take normalized floats).
     model.register_forward_pre_hook(_normalize_uint8)
     return model
+
+
+def check_batch_norm(global_batch: int, image_size: int) -> None:
+    """Refuse a training batch whose last BatchNorm layers would see one value per channel:
+    torch stops at the first step with a traceback. The model sees the global batch, one
+    program over all devices under SPMD."""
+    side = -(-image_size // DOWNSAMPLING)
+    if global_batch * side * side < 2:
+        raise TrainerError(
+            "a global batch of {} at --image_size={} leaves the model's last BatchNorm layers "
+            "one value per channel ({}x{} pixels), which cannot be trained".format(
+                global_batch, image_size, side, side),
+            "use --batch_size=2 or more, or --image_size={} or more".format(DOWNSAMPLING + 1))
 
 
 def _normalize_uint8(module: torch.nn.Module, args: tuple) -> Optional[tuple]:
@@ -98,6 +115,7 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
         paths: Optional[OutputPaths] = None) -> Dict[str, Any]:
     """Train and evaluate; returns the summary dict (see ``trainer.fit``)."""
     topology = devices.detect(config.devices)
+    check_batch_norm(topology.global_batch(config.batch_size), config.image_size)
     torch.manual_seed(config.seed)
     data = data_override or build_data(config, topology)
     model = build_model(config, getattr(data, "num_classes", NUM_CLASSES))

@@ -94,6 +94,39 @@ def test_bad_model_and_missing_folders_are_clear_errors(tmp_path):
         imagenet.run(TrainConfig(data_dir=str(tmp_path), **SMALL))
 
 
+@pytest.mark.parametrize("model", ["resnet18", "resnet50"])  # basic and bottleneck blocks
+@pytest.mark.parametrize("batch,image_size", [(1, 1), (1, 32), (1, 33), (1, 64), (2, 1),
+                                              (2, 32)])
+def test_the_batch_norm_rule_refuses_exactly_what_torch_cannot_train(model, batch, image_size):
+    torch.manual_seed(0)
+    net = imagenet.build_model(TrainConfig(model=model, fake_data=True), num_classes=10).train()
+    images = torch.rand(batch, 3, image_size, image_size)
+    try:
+        net(images)
+        trainable = True
+    except ValueError as error:
+        assert "more than 1 value per channel" in str(error)
+        trainable = False
+    if trainable:
+        imagenet.check_batch_norm(batch, image_size)
+    else:
+        with pytest.raises(TrainerError, match="one value per channel"):
+            imagenet.check_batch_norm(batch, image_size)
+
+
+def test_a_batch_of_one_tiny_image_is_a_usage_error_before_any_step(tmp_path):
+    config = TrainConfig(fake_data=True, job_dir=str(tmp_path / "job"),
+                         **dict(SMALL, batch_size=1))
+    with pytest.raises(TrainerError) as refused:
+        imagenet.run(config)
+    assert refused.value.exit_code == 64
+    assert refused.value.message == (
+        "a global batch of 1 at --image_size=32 leaves the model's last BatchNorm layers one "
+        "value per channel (1x1 pixels), which cannot be trained")
+    assert "--batch_size=2 or more, or --image_size=33 or more" in refused.value.hint
+    assert not (tmp_path / "job").exists()
+
+
 def test_resnet18_learns_real_photographs_streamed_from_cloud_storage(photo_shards, gcs,
                                                                       tmp_path):
     # 8 classes of real photographs (tests/photos.py), 192 training and 64 test images, read

@@ -17,9 +17,15 @@ the machine's speed drifts between rounds more than a boundary costs, also the m
 round's own ``(A - B) / 5``, its A and B having run in the same round. Compiling the run's graphs
 (about half of C, and the same graphs in A, B and C) is most of that drift, so every figure
 is given twice: from wall seconds, and from wall seconds less the compilation each run
-reported (``compile_seconds`` in its ``summary.json``). With
-``--before CHECKOUT`` (a worktree of an older commit sharing this venv) each round runs the
-same three there too, so the figures are paired.
+reported (``compile_seconds`` in its ``summary.json``).
+
+The third estimator is measured inside the processes, where neither start-up nor compilation
+reaches it: every run logs a progress line at each 39th step, and the bench notes when each
+line arrives. A's windows between two lines hold 39 steps and one boundary, B's 39 steps and
+none; the first window holds the evaluation's compilation in A, so windows 2-5 of each are
+compared: a boundary is ``median(A's) - median(B's)``, the steady step ``median(B's) / 39``,
+both from the same round. With ``--before CHECKOUT`` (a worktree of an older commit sharing
+this venv) each round runs the same three there too, so the figures are paired.
 """
 
 from __future__ import annotations
@@ -27,13 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, NamedTuple, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -53,25 +60,58 @@ def shard_set(folder: Path, per_class: int) -> Path:
     return folder / "shards"
 
 
-def run_seconds(checkout: Path, data: Path, epochs: int,
-                scratch: Path) -> Tuple[float, float, int]:
-    """Wall seconds of one whole trainer process from ``checkout`` (fresh job dir), those
-    seconds less the compilation the run reported in its ``summary.json``, and the number of
-    graphs it compiled."""
+LOG_STEPS = 39  # one progress line an epoch in A, the same steps in B
+PROGRESS_LINE = re.compile(r"\bstep \d+/\d+\b")
+
+
+class Run(NamedTuple):
+    """One whole trainer process: its wall seconds, those less the compilation it reported in
+    its ``summary.json``, the graphs it compiled, and the seconds between its consecutive
+    progress lines (one every ``LOG_STEPS`` steps) as they reached the bench."""
+
+    seconds: float
+    less_compilation: float
+    graphs: int
+    windows: List[float]
+
+
+def run_once(checkout: Path, data: Path, epochs: int, scratch: Path) -> Run:
+    """Train once with ``checkout``'s trainer in a fresh job dir."""
     job = Path(tempfile.mkdtemp(dir=str(scratch)))
     command = [sys.executable, "-m", "trainer.imagenet", "--data_dir=" + str(data),
                "--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=2",
-               "--num_epochs={}".format(epochs), "--warmup_epochs=0", "--log_steps=0",
-               "--job_dir=" + str(job)]
-    environ = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(checkout))
+               "--num_epochs={}".format(epochs), "--warmup_epochs=0",
+               "--log_steps={}".format(LOG_STEPS), "--job_dir=" + str(job)]
+    environ = dict(os.environ, PJRT_DEVICE="CPU", PYTHONPATH=str(checkout),
+                   PYTHONUNBUFFERED="1")
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=str(checkout), env=environ, capture_output=True,
-                            text=True)
+    arrivals, output = [], []
+    with subprocess.Popen(command, cwd=str(checkout), env=environ, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:
+        for line in process.stdout:
+            if PROGRESS_LINE.search(line):
+                arrivals.append(time.perf_counter())
+            output.append(line)
     seconds = time.perf_counter() - started
-    if result.returncode != 0:
-        raise SystemExit("{} failed: {}".format(" ".join(command), result.stderr[-2000:]))
+    if process.returncode != 0:
+        raise SystemExit("{} failed: {}".format(" ".join(command), "".join(output)[-2000:]))
+    expected = epochs * TRAIN_PER_CLASS[data.parent.name] // LOG_STEPS
+    if len(arrivals) != expected:
+        raise SystemExit("{} logged {} progress lines, not {}".format(
+            " ".join(command), len(arrivals), expected))
     summary = json.loads((job / "summary.json").read_text())
-    return seconds, seconds - summary["compile_seconds"], summary["compile_count"]
+    windows = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    # Checkouts older than issue 31's item 3 report no compilation: nan, printed as such.
+    return Run(seconds, seconds - summary.get("compile_seconds", float("nan")),
+               summary.get("compile_count", -1), windows)
+
+
+def in_process(a: Run, b: Run) -> float:
+    """A boundary in steady steps from one round's A and B: the windows after the first
+    (which holds the evaluation's compilation in A)."""
+    steady_window = statistics.median(b.windows[1:])
+    boundary = statistics.median(a.windows[1:]) - steady_window
+    return boundary / (steady_window / LOG_STEPS)
 
 
 def figures(times: Dict[str, List[float]]) -> Dict[str, float]:
@@ -100,22 +140,38 @@ def main() -> None:
         kinds = ("wall", "less compilation")
         times = {(label, kind): {name: [] for name in RUNS}
                  for label in checkouts for kind in kinds}
+        inside = {label: [] for label in checkouts}
         order = list(RUNS)
         for round_number in range(args.rounds):
+            runs: Dict[Tuple[str, str], Run] = {}
             for name in order[round_number % 3:] + order[:round_number % 3]:
                 for label, checkout in checkouts.items():
                     shards, epochs = RUNS[name]
-                    result = run_seconds(checkout, data[shards], epochs, folder)
-                    for kind, value in zip(kinds, result):
-                        times[label, kind][name].append(value)
-                    print("round {} {} {}: {:.2f} s, {:.2f} s less compilation ({} graphs)"
-                          .format(round_number + 1, label, name, *result), flush=True)
-    for (label, kind), runs in times.items():
-        result = figures(runs)
+                    run = runs[label, name] = run_once(checkout, data[shards], epochs, folder)
+                    times[label, "wall"][name].append(run.seconds)
+                    times[label, "less compilation"][name].append(run.less_compilation)
+                    print("round {} {} {}: {:.2f} s, {:.2f} s less compilation ({} graphs); "
+                          "windows of {} steps {}".format(
+                              round_number + 1, label, name, run.seconds, run.less_compilation,
+                              run.graphs, LOG_STEPS, " ".join(
+                                  "{:.2f}".format(window) for window in run.windows)),
+                          flush=True)
+            for label in checkouts:
+                inside[label].append(in_process(runs[label, "A"], runs[label, "B"]))
+                print("round {} {}: inside the processes, a boundary costs {:.1f} steady steps"
+                      .format(round_number + 1, label, inside[label][-1]), flush=True)
+    for (label, kind), runs_by_name in times.items():
+        result = figures(runs_by_name)
         print("{} ({}): A {A:.2f} s, B {B:.2f} s, C {C:.2f} s; steady step {steady_step:.3f} s; "
               "an epoch boundary costs {boundary:.2f} s = {boundary_steps:.1f} steady steps "
               "(goal <= 3); within rounds {round_boundary_steps:.1f}".format(
                   label, kind, **result))
+    for label, values in inside.items():
+        print("{} (inside the processes): an epoch boundary costs {:.1f} steady steps, median "
+              "of {} rounds ({}; goal <= 3)".format(
+                  label, statistics.median(values), len(values),
+                  ", ".join("{:.1f}".format(value) for value in values)))
+
 
 if __name__ == "__main__":
     main()

@@ -19,13 +19,15 @@ round's own ``(A - B) / 5``, its A and B having run in the same round. Compiling
 is given twice: from wall seconds, and from wall seconds less the compilation each run
 reported (``compile_seconds`` in its ``summary.json``).
 
-The third estimator is measured inside the processes, where neither start-up nor compilation
-reaches it: every run logs a progress line at each 39th step, and the bench notes when each
-line arrives. A's windows between two lines hold 39 steps and one boundary, B's 39 steps and
-none; the first window holds the evaluation's compilation in A, so windows 2-5 of each are
-compared: a boundary is ``median(A's) - median(B's)``, the steady step ``median(B's) / 39``,
-both from the same round. With ``--before CHECKOUT`` (a worktree of an older commit sharing
-this venv) each round runs the same three there too, so the figures are paired.
+The third estimator is measured inside A, where neither start-up, compilation nor the drift
+between processes reaches it: every run logs a progress line each 13th step, and the bench
+notes when each line arrives. A window between two lines holds 13 steps; the window after
+each epoch's last step also holds a boundary. A boundary is the median of those windows less
+the median of A's windows without one, divided by a steady step (that median / 13); the
+first epoch and the first boundary (the evaluation's compilation) are left out, so 4
+boundary windows meet 10 steady ones, all from the same process. With ``--before CHECKOUT``
+(a worktree of an older commit sharing this venv) each round runs the same three there too,
+so the figures are paired.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def shard_set(folder: Path, per_class: int) -> Path:
     return folder / "shards"
 
 
-LOG_STEPS = 39  # one progress line an epoch in A, the same steps in B
+LOG_STEPS = 13  # three progress lines an epoch of 39 steps
 PROGRESS_LINE = re.compile(r"\bstep \d+/\d+\b")
 
 
@@ -106,12 +108,15 @@ def run_once(checkout: Path, data: Path, epochs: int, scratch: Path) -> Run:
                summary.get("compile_count", -1), windows)
 
 
-def in_process(a: Run, b: Run) -> float:
-    """A boundary in steady steps from one round's A and B: the windows after the first
-    (which holds the evaluation's compilation in A)."""
-    steady_window = statistics.median(b.windows[1:])
-    boundary = statistics.median(a.windows[1:]) - steady_window
-    return boundary / (steady_window / LOG_STEPS)
+def in_process(a: Run) -> float:
+    """A boundary in steady steps from A's windows alone (``windows[i]`` ends at step
+    ``LOG_STEPS * (i + 2)``), leaving out the first epoch and the first boundary."""
+    per_epoch = TRAIN_PER_CLASS["small"] // LOG_STEPS
+    later = range(per_epoch, len(a.windows))  # after the first boundary's window
+    crossing = [i for i in later if (i + 1) % per_epoch == 0]  # from an epoch's last step
+    boundary_window = statistics.median(a.windows[i] for i in crossing)
+    steady_window = statistics.median(a.windows[i] for i in later if i not in crossing)
+    return (boundary_window - steady_window) / (steady_window / LOG_STEPS)
 
 
 def figures(times: Dict[str, List[float]]) -> Dict[str, float]:
@@ -157,7 +162,7 @@ def main() -> None:
                                   "{:.2f}".format(window) for window in run.windows)),
                           flush=True)
             for label in checkouts:
-                inside[label].append(in_process(runs[label, "A"], runs[label, "B"]))
+                inside[label].append(in_process(runs[label, "A"]))
                 print("round {} {}: inside the processes, a boundary costs {:.1f} steady steps"
                       .format(round_number + 1, label, inside[label][-1]), flush=True)
     for (label, kind), runs_by_name in times.items():

@@ -52,7 +52,7 @@ class CheckpointStore:
         serialised straight to a file: no copy of it in memory (a bytes buffer held one, 205 MB
         for ResNet-50, while the write went on)."""
         name = checkpoint_name(step)
-        self.directory.write_file(name, lambda path: save_file(state, path))
+        self.directory.write_file(name, lambda stream: torch.save(state, stream))
         # Rotation among this step and earlier ones only: a later checkpoint is another
         # run's progress (or this one's, if its restore went wrong), never ours to delete.
         for old in [earlier for earlier in self.steps() if earlier <= step][:-self.keep]:
@@ -79,14 +79,6 @@ class CheckpointStore:
                 log.warning("skipping unreadable checkpoint %s (%s: %s)",
                             self.directory.join(name), type(error).__name__, error)
         return None
-
-
-def save_file(value: Any, path: str) -> None:
-    """``torch.save`` of ``value`` into the file ``path``, through a file object: given a
-    path, torch names the archive inside after the file, and refuses the temporary file's
-    (a hidden name has no stem); through a stream every archive is named alike."""
-    with open(path, "wb") as stream:
-        torch.save(value, stream)
 
 
 def mismatch(model: torch.nn.Module, saved: Dict[str, Any]) -> Optional[str]:

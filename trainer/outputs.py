@@ -38,7 +38,6 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 
 from trainer.checkpoint_writer import BackgroundWriter
-from trainer.checkpoints import save_file
 from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.storage import Directory, open_dir
 
@@ -252,7 +251,7 @@ class RunOutputs:
 
     def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self.model_dir is not None:
-            self.model_dir.write_file(MODEL, lambda path: save_file(state_dict, path))
+            self.model_dir.write_file(MODEL, lambda stream: torch.save(state_dict, stream))
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         if self.model_dir is not None:

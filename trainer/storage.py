@@ -6,7 +6,9 @@ never part of one.
   name, fsync the directory.
 - GCS: an object becomes visible only when its upload completes, so a killed upload leaves
   nothing behind; ``write_bytes(..., overwrite=False)`` adds the precondition
-  ``if_generation_match=0`` so an existing checkpoint is never replaced.
+  ``if_generation_match=0`` so an existing checkpoint is never replaced. A large file
+  (``write_file``) is staged in an unnamed temporary file, which the system reclaims however
+  the process ends.
 
 google-cloud-storage honours ``STORAGE_EMULATOR_HOST`` (the tests use fake-gcs-server).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 from trainer.errors import StorageError
 from trainer.gcs_listing import object_entries
@@ -50,27 +52,29 @@ class Directory:
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
         raise NotImplementedError
 
-    def write_file(self, name: str, produce: Callable[[str], None],
+    def write_file(self, name: str, produce: Callable[[BinaryIO], None],
                    overwrite: bool = True) -> None:
-        """Make ``name`` hold the file that ``produce(path)`` writes at a local ``path`` it is
-        given, as atomically as ``write_bytes``: for content too large to hold in memory
-        twice (a checkpoint is serialised straight to disk, and a GCS upload streams it from
-        there). An ``OSError`` on the way is a ``StorageError``; the staged file is always
-        removed."""
+        """Make ``name`` hold what ``produce(stream)`` writes into ``stream``, a local file
+        open for binary writing, as atomically as ``write_bytes``: for content too large to
+        hold in memory twice (a checkpoint is serialised straight to disk, and a GCS upload
+        reads it from there in chunks). An ``OSError`` on the way is a ``StorageError``; the
+        staged file is always removed."""
         try:
-            with _staged(self._staging_folder(name)) as temporary:
-                produce(temporary)
-                self._place(temporary, name, overwrite)
+            with self._staged(name) as stream:
+                produce(stream)
+                stream.flush()
+                self._place(stream, name, overwrite)
         except OSError as error:
             raise StorageError("cannot write {}: {}".format(
                 self.join(name), error.strerror or error), self._write_hint())
 
-    def _staging_folder(self, name: str) -> Optional[str]:
-        """Where ``write_file`` stages ``name`` (None: the system's temporary folder)."""
+    def _staged(self, name: str) -> ContextManager[BinaryIO]:
+        """A new empty local file, open for reading and writing, where ``write_file`` stages
+        ``name``; gone after the ``with`` block."""
         raise NotImplementedError
 
-    def _place(self, staged: str, name: str, overwrite: bool) -> None:
-        """Make ``name`` hold the complete local file ``staged``."""
+    def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
+        """Make ``name`` hold the complete local file ``staged`` (flushed)."""
         raise NotImplementedError
 
     def _write_hint(self) -> str:
@@ -141,17 +145,28 @@ class LocalDirectory(Directory):
                                "check --job_dir and its permissions")
 
     def write_bytes(self, name: str, data: bytes, overwrite: bool = True) -> None:
-        self.write_file(name, lambda path: _write_local(path, data), overwrite)
+        self.write_file(name, lambda stream: stream.write(data), overwrite)
 
-    def _staging_folder(self, name: str) -> Optional[str]:
-        return os.path.dirname(os.path.join(self.path, name))  # a rename within one folder
+    @contextlib.contextmanager
+    def _staged(self, name: str) -> Iterator[BinaryIO]:
+        # Named and next to the target: it becomes the target by a rename within one folder.
+        # A kill -9 leaves it there, hidden (the listings here skip _TMP_PREFIX).
+        folder = os.path.dirname(os.path.join(self.path, name))
+        os.makedirs(folder, exist_ok=True)
+        handle, path = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=folder)
+        os.close(handle)
+        try:
+            with open(path, "r+b") as stream:  # named by its path, for _place's rename
+                yield stream
+        finally:
+            _remove_quietly(path)  # still there unless placed
 
-    def _place(self, staged: str, name: str, overwrite: bool) -> None:
+    def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
         target = os.path.join(self.path, name)
         if not overwrite and os.path.exists(target):
             raise StorageError("{} already exists".format(target), "use a new name")
-        _fsync(staged)
-        os.replace(staged, target)
+        os.fsync(staged.fileno())
+        os.replace(staged.name, target)
         _fsync(os.path.dirname(target))
 
     def _write_hint(self) -> str:
@@ -262,12 +277,22 @@ class GcsDirectory(Directory):
         self._upload(name, overwrite, lambda blob, options: blob.upload_from_string(
             data, **options))
 
-    def _staging_folder(self, name: str) -> Optional[str]:
-        return None  # the object appears only once uploaded: no need to stage it nearby
+    @contextlib.contextmanager
+    def _staged(self, name: str) -> Iterator[BinaryIO]:
+        # Unnamed from the start in the system's temporary folder (the object appears only
+        # once uploaded, so nothing needs staging nearby): its space returns when it is
+        # closed, also when a kill -9 ends the process mid-write or mid-upload.
+        with tempfile.TemporaryFile(prefix=_TMP_PREFIX) as stream:
+            yield stream
 
-    def _place(self, staged: str, name: str, overwrite: bool) -> None:
-        self._upload(name, overwrite, lambda blob, options: blob.upload_from_filename(
-            staged, **options))
+    def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
+        size = staged.seek(0, os.SEEK_END)
+
+        def send(blob, options):  # from the start at every attempt
+            staged.seek(0)
+            blob.upload_from_file(staged, size=size, **options)
+
+        self._upload(name, overwrite, send)
 
     def _write_hint(self) -> str:  # what is local to a GCS write: the staged file
         return "check free space in $TMPDIR ({})".format(os.environ.get("TMPDIR", "/tmp"))
@@ -330,7 +355,8 @@ class GcsDirectory(Directory):
             target = _joined(name, relative)
             size = os.path.getsize(path)
             if self._synced.get(target) != size:
-                self._place(path, target, overwrite=True)
+                with open(path, "rb") as stream:
+                    self._place(stream, target, overwrite=True)
                 self._synced[target] = size
                 uploaded += 1
         return uploaded
@@ -465,26 +491,6 @@ def _files_under(local_path: str) -> List[Tuple[str, str]]:
 def _joined(name: str, relative: str) -> str:
     """``name/relative``, where either may be empty (the folder itself, or one file)."""
     return "/".join(part for part in (name.rstrip("/"), relative) if part)
-
-
-@contextlib.contextmanager
-def _staged(folder: Optional[str]) -> Iterator[str]:
-    """A new empty temporary file in ``folder`` (made if missing; the system's temporary
-    folder for None) for the body to fill and move away; removed if it is still there
-    after the body, whether that succeeded or failed."""
-    if folder is not None:
-        os.makedirs(folder, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=folder)
-    os.close(handle)
-    try:
-        yield temporary
-    finally:
-        _remove_quietly(temporary)
-
-
-def _write_local(path: str, data: bytes) -> None:
-    with open(path, "wb") as stream:
-        stream.write(data)
 
 
 def _fsync(path: str) -> None:

@@ -125,6 +125,7 @@ def test_kill_9_during_a_background_write_resumes_from_the_previous_checkpoint(f
     finally:
         process.kill()
     assert checkpoint_steps(bucket) == [10]  # the killed write left nothing behind
+    assert list((tmp_path / "tmp").rglob(".tmp-*")) == []  # nor its staged file in $TMPDIR
     held.needle = "never matches again"
     process = start(job, proxy, tmp_path)
     out, err = process.communicate(timeout=300)

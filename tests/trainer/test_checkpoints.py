@@ -89,27 +89,31 @@ def test_a_checkpoint_that_cannot_be_read_is_a_storage_error_not_corrupt(tmp_pat
         store.load_latest()
 
 
-def test_a_gcs_checkpoint_is_staged_in_tempfiles_folder_and_removed_once_uploaded(
-        gcs, scratch):
+def test_a_gcs_checkpoint_is_staged_unnamed_in_tempfiles_folder(gcs, scratch):
     from trainer.storage import open_dir
 
     store = CheckpointStore(open_dir("gs://{}/job/checkpoints".format(gcs.name)), keep=2)
     # 20 MB: past google-cloud-storage's 8 MB, a resumable upload as a real checkpoint's is,
-    # sent in 2 chunks (storage.UPLOAD_CHUNK_BYTES). Staged where tempfile stages: seen there.
+    # sent in 2 chunks (storage.UPLOAD_CHUNK_BYTES). Staged where tempfile stages, but with no
+    # name there even while it is written, so a kill -9 cannot leave it behind.
     big = {"step": 5, "model": {"w": torch.arange(5_000_000, dtype=torch.float32)}}
     staged = []
     original = store.directory.write_file
 
     def watched(name, produce, overwrite=True):
-        def produce_and_look(path):
-            produce(path)
-            staged.append((os.path.dirname(path), os.path.getsize(path)))
+        def produce_and_look(stream):
+            produce(stream)
+            stream.flush()
+            where = os.readlink("/proc/self/fd/{}".format(stream.fileno()))
+            staged.append((where, os.fstat(stream.fileno()).st_size, os.listdir(str(scratch))))
         return original(name, produce_and_look, overwrite)
 
     store.directory.write_file = watched
     store.save(5, big)
-    assert staged and staged[0][0] == str(scratch) and staged[0][1] > 20_000_000
-    assert list(scratch.iterdir()) == []  # removed once uploaded
+    [(where, size, names)] = staged
+    assert where.startswith(str(scratch) + "/") and where.endswith(" (deleted)"), where
+    assert size > 20_000_000 and names == []
+    assert list(scratch.iterdir()) == []
     step, loaded = store.load_latest()
     assert step == 5 and torch.equal(loaded["model"]["w"], big["model"]["w"])
 
@@ -117,7 +121,6 @@ def test_a_gcs_checkpoint_is_staged_in_tempfiles_folder_and_removed_once_uploade
 def test_a_full_disk_while_saving_is_an_oserror_not_a_torch_error():
     # What ``Directory.write_file`` turns into one line (exit 74); torch's writer must not
     # replace it with its own error as it closes the archive.
-    from trainer.checkpoints import save_file
-
     with pytest.raises(OSError, match="No space left"):
-        save_file(state(1), "/dev/full")
+        with open("/dev/full", "wb") as stream:
+            torch.save(state(1), stream)

@@ -94,11 +94,7 @@ def _leftovers(directory, scratch):
 
 
 def test_write_file_lands_what_produce_wrote_and_leaves_nothing_behind(directory, scratch):
-    def produce(path):
-        with open(path, "wb") as stream:
-            stream.write(b"x" * 100000)
-
-    directory.write_file("checkpoints/ckpt", produce)
+    directory.write_file("checkpoints/ckpt", lambda stream: stream.write(b"x" * 100000))
     assert directory.read_bytes("checkpoints/ckpt") == b"x" * 100000
     assert _leftovers(directory, scratch) == []
 
@@ -106,17 +102,15 @@ def test_write_file_lands_what_produce_wrote_and_leaves_nothing_behind(directory
 def test_write_file_failing_keeps_the_previous_content(directory, scratch):
     directory.write_bytes("ckpt", b"previous")
 
-    def disk_full(path):
-        with open(path, "wb") as stream:
-            stream.write(b"half")
+    def disk_full(stream):
+        stream.write(b"half")
         raise OSError(28, "No space left on device")
 
     with pytest.raises(StorageError, match=r"cannot write .*ckpt: No space left on device"):
         directory.write_file("ckpt", disk_full)
 
-    def interrupted(path):
-        with open(path, "wb") as stream:
-            stream.write(b"half")
+    def interrupted(stream):
+        stream.write(b"half")
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):  # not an OSError: passed on as it is
@@ -128,7 +122,7 @@ def test_write_file_failing_keeps_the_previous_content(directory, scratch):
 def test_write_file_without_overwrite_keeps_the_existing_object(directory, scratch):
     directory.write_bytes("model.pt", b"first")
     with pytest.raises(StorageError, match="already exists|HTTP 412"):
-        directory.write_file("model.pt", lambda path: open(path, "wb").close(), overwrite=False)
+        directory.write_file("model.pt", lambda stream: None, overwrite=False)
     assert directory.read_bytes("model.pt") == b"first"
 
 
@@ -136,7 +130,7 @@ def test_writing_into_a_missing_bucket_is_one_storage_error_naming_it(gcs, scrat
     # A 404 on an upload was a bare FileNotFoundError: a traceback from ``save_model``.
     directory = open_dir("gs://no-such-bucket-{}/job".format(gcs.name))
     for write in (lambda: directory.write_bytes("metrics.jsonl", b"{}"),
-                  lambda: directory.write_file("model.pt", lambda path: None)):
+                  lambda: directory.write_file("model.pt", lambda stream: None)):
         with pytest.raises(StorageError, match=r"bucket gs://no-such-bucket-\S+ does not exist"):
             write()
     assert list(scratch.iterdir()) == []

@@ -288,8 +288,8 @@ class GcsDirectory(Directory):
     def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
         size = staged.seek(0, os.SEEK_END)
 
-        def send(blob, options):  # from the start at every attempt
-            staged.seek(0)
+        def send(blob, options):
+            staged.seek(0)  # back to the start: the size was read at the end
             blob.upload_from_file(staged, size=size, **options)
 
         self._upload(name, overwrite, send)

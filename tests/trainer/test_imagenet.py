@@ -114,6 +114,24 @@ def test_the_batch_norm_rule_refuses_exactly_what_torch_cannot_train(model, batc
             imagenet.check_batch_norm(batch, image_size)
 
 
+@pytest.mark.parametrize("hosts,chips", [(1, 1), (1, 4), (1, 8), (2, 4), (16, 4), (64, 4),
+                                         (32, 8)])
+def test_one_image_per_chip_is_refused_only_where_the_whole_slice_has_one(hosts, chips):
+    # The model sees the global batch (one SPMD program over every chip of the slice), so
+    # --batch_size=1 at 16 px trains on any slice of 2 chips or more, up to v5e-256's 256.
+    from trainer import devices
+
+    topology = devices.choose(None, hosts * chips, chips, (hosts - 1, hosts),
+                              spmd_available=True)
+    global_batch = topology.global_batch(1)
+    assert global_batch == hosts * chips
+    if global_batch == 1:
+        with pytest.raises(TrainerError, match="one value per channel"):
+            imagenet.check_batch_norm(global_batch, 16)
+    else:
+        imagenet.check_batch_norm(global_batch, 16)
+
+
 def test_a_batch_of_one_tiny_image_is_a_usage_error_before_any_step(tmp_path):
     config = TrainConfig(fake_data=True, job_dir=str(tmp_path / "job"),
                          **dict(SMALL, batch_size=1))

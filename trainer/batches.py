@@ -68,6 +68,26 @@ def pad_batch(x: torch.Tensor, y: torch.Tensor, size: int) -> Batch:
             torch.cat([y, y.new_full((missing,), IGNORE_LABEL)]))
 
 
+@dataclass(frozen=True)
+class RunSchedule:
+    """The segments a run asks its data for, in order: epochs ``0 .. epochs - 1`` of
+    ``train_steps`` steps each (None: every step of the split), and after each epoch ``e``
+    whose number ``e + 1`` is a multiple of ``eval_every`` (and after the last) an evaluation
+    of ``eval_steps`` steps (None: all). ``epochs`` None: no end (a source used on its own)."""
+
+    epochs: Optional[int] = None
+    eval_every: int = 1
+    train_steps: Optional[int] = None
+    eval_steps: Optional[int] = None
+
+    def evaluates_after(self, finished: int) -> bool:
+        """Whether the run evaluates once ``finished`` epochs have trained."""
+        return finished % self.eval_every == 0 or finished == self.epochs
+
+    def trains(self, epoch: int) -> bool:
+        return self.epochs is None or epoch < self.epochs
+
+
 class DataSource:
     """What the training loop needs from a data set."""
 
@@ -93,6 +113,11 @@ class DataSource:
         checksums), recorded in checkpoints and compared on resume: a resume on other
         examples is refused. None: nothing to check."""
         return None
+
+    def schedule(self, run: RunSchedule) -> None:
+        """What the run will ask for, told before its first request: a source that prepares
+        batches ahead (``stream``) prepares those and nothing past the run's end. Requests
+        outside it are still served."""
 
     def fixed_batch(self) -> Optional[Batch]:
         """The one batch every step holds (``--fake_data``), which the trainer places on the
@@ -177,6 +202,11 @@ class FakeSource(DataSource):
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         for _ in range(start_step, self.steps_per_epoch):
             yield self._batch
+
+    def schedule(self, run: RunSchedule) -> None:
+        """What the run will ask for, told before its first request: a source that prepares
+        batches ahead (``stream``) prepares those and nothing past the run's end. Requests
+        outside it are still served."""
 
     def fixed_batch(self) -> Optional[Batch]:
         return self._batch

@@ -6,10 +6,13 @@ in flight: handing over the next one first waits for the one before, so host mem
 most two copies of the state and checkpoints land in step order.
 
 A failed write never prints a thread's traceback: its error is kept and raised in the
-training thread at the next ``submit`` or ``wait`` (a ``TrainerError`` as it is, anything else
-as a ``StorageError``, exit 74), where ``main`` turns it into one line and an exit code. A
-``kill -9`` during a write leaves the previous checkpoint whole: ``CheckpointStore`` writes
-atomically (a local rename, a GCS object that appears only when its upload completes).
+training thread (a ``TrainerError`` as it is, anything else as a ``StorageError``, exit 74),
+where ``main`` turns it into one line and an exit code. The loop asks ``failed()`` after
+every step, so a failure stops the run within a step rather than a checkpoint interval
+later; the state it stops at is still handed to ``submit``, which writes it (the newest
+durable state) before raising the earlier failure. A ``kill -9`` during a write leaves the
+previous checkpoint whole: ``CheckpointStore`` writes atomically (a local rename, a GCS
+object that appears only when its upload completes).
 
 ``RunOutputs`` uploads metrics and TensorBoard files with a writer of its own, the same way.
 
@@ -52,30 +55,46 @@ class BackgroundWriter:
 
     def submit(self, write: Callable[[], None], what: str) -> None:
         """Run ``write()`` in the background once the write before it has finished; ``what``
-        (e.g. "checkpoint URI") names it in an error message."""
-        self.wait()
+        (e.g. "checkpoint URI") names it in an error message. If the write before failed,
+        this one is still made and waited for (the newest state is then durable, if it can
+        be), and the earlier failure is raised, its hint naming what was written since."""
+        earlier = self._finish()
         self._what = what
         self._thread = threading.Thread(target=self._run, args=(write,),
                                          name=self.name, daemon=True)
         self._thread.start()
+        if earlier is not None:
+            later = self._finish()
+            earlier.hint = ("{} failed too ({})".format(what, later.message) if later
+                            else "{} was written since".format(what)) + "; " + earlier.hint
+            raise earlier
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def failed(self) -> bool:
+        """Whether the last write has ended in an error not yet raised (never blocks)."""
+        return self._error is not None and not self.busy()
+
     def wait(self) -> None:
         """Block until the write in flight (if any) has finished; raise its error, if it
         failed."""
+        error = self._finish()
+        if error is not None:
+            raise error
+
+    def _finish(self) -> Optional[TrainerError]:
+        """Wait for the write in flight; its error (taken: raised once), as a
+        ``TrainerError``."""
         if self._thread is not None:
             started = time.perf_counter()
             self._thread.join()
             self.waited_seconds += time.perf_counter() - started
             self._thread = None
         error, self._error = self._error, None
-        if error is None:
-            return
-        if isinstance(error, TrainerError):
-            raise error
-        raise StorageError("writing {} failed: {}: {}".format(
+        if error is None or isinstance(error, TrainerError):
+            return error
+        return StorageError("writing {} failed: {}: {}".format(
             self._what, type(error).__name__, error), self.hint)
 
     def drain(self) -> Optional[str]:

@@ -11,6 +11,7 @@ learning rate (``optim``), checkpoints and resuming (``resume``), the compile ca
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import torch
 
 from trainer import devices, stop_signal, xla
-from trainer.batches import DataSource
+from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
 from trainer.config import TrainConfig, parse_profile_steps
@@ -65,6 +66,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         path = xla.step_path(config.step_mode)
         model = spec.model.to(dev)
         steps_per_epoch = _steps_per_epoch(config, spec.data)
+        spec.data.schedule(RunSchedule(config.num_epochs, config.eval_every_epochs,
+                                       steps_per_epoch, config.num_steps or None))
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
@@ -94,7 +97,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         run = _Run(config, spec.data, steps, state, checkpoints,
                    _Records(outputs, counts, cache, profile),
                    _Placement(sharding, devices.BoundaryVote(
-                       topology, stop_signal.received, sharding, dev,
+                       topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes))))
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                steps_per_epoch * config.num_epochs, outputs.record,
@@ -106,6 +109,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
             finished = False
             try:
                 accuracy = run.all_epochs(progress)
+                # Training is over: no data worker outlives it (one that died while the
+                # model is written would fail a finished run).
+                spec.data.close()
                 if profile is not None:
                     profile.stop()
                 checkpoints.finish()
@@ -201,8 +207,8 @@ class _Run:
     def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
         state = self.state
         self.counts.epoch_started()
-        batches = _limited(self.data.train_batches(state.epoch, state.step_in_epoch),
-                           self.steps_per_epoch - state.step_in_epoch)
+        batches = itertools.islice(self.data.train_batches(state.epoch, state.step_in_epoch),
+                                   max(0, self.steps_per_epoch - state.step_in_epoch))
         if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True,
                                                          fixed=self.data.fixed_batch()),
                        state, hooks):
@@ -212,8 +218,7 @@ class _Run:
         last = state.epoch == self.config.num_epochs
         # The finished epoch is saved before it is evaluated: SIGTERM during the evaluation
         # then costs the evaluation only. The write runs in the background meanwhile.
-        if last or (self.config.checkpoint_epochs
-                    and state.epoch % self.config.checkpoint_epochs == 0):
+        if self.saves_after(state.epoch):
             self.checkpoints.save(state, self.outputs)
         accuracy: Dict[str, float] = {}
         if last or state.epoch % self.config.eval_every_epochs == 0:
@@ -231,16 +236,24 @@ class _Run:
         steps = self.config.checkpoint_steps
         by_steps = bool(steps) and state.global_step % steps == 0
         by_clock = clock_agreed and self.checkpoints.saved_step != state.global_step - 1
-        if by_steps or by_clock:
+        # An epoch's last step is saved by the epoch's end where it saves: one write a step.
+        at_epoch_end = (state.step_in_epoch >= self.steps_per_epoch
+                        and self.saves_after(state.epoch + 1))
+        if (by_steps or by_clock) and not at_epoch_end:
             self.checkpoints.save(state, self.outputs)
+
+    def saves_after(self, finished: int) -> bool:
+        """Whether the run checkpoints once ``finished`` epochs have trained."""
+        every = self.config.checkpoint_epochs
+        return finished == self.config.num_epochs or bool(every) and finished % every == 0
 
     def evaluate_epoch(self) -> Dict[str, float]:
         """Evaluate the model as it is after epoch ``state.epoch``, log and record it; on
         SIGTERM stop at the next batch (``Preempted``)."""
         state = self.state
         started = time.perf_counter()
-        eval_batches = _limited(self.data.eval_batches(),
-                                self.config.num_steps or self.data.eval_steps)
+        eval_batches = itertools.islice(self.data.eval_batches(),
+                                        self.config.num_steps or self.data.eval_steps)
         loaded = self.placement.loader(eval_batches, self.steps, fixed=self.data.fixed_batch())
         accuracy = evaluate(self.steps, loaded, self.placement.vote.should_stop)
         self.eval_seconds += time.perf_counter() - started
@@ -254,8 +267,20 @@ class _Run:
         return accuracy
 
 
+def _stop_requested(checkpoints: RunCheckpoints) -> Callable[[], bool]:
+    """This process's reason to stop at the next boundary: SIGTERM, or a background checkpoint
+    write that failed (the run stops within a step, writing the state it reached first)."""
+    return lambda: stop_signal.received() or checkpoints.writer.failed()
+
+
 def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preempted:
-    """The ``Preempted`` of a SIGTERM at ``state``, naming where its checkpoint is."""
+    """The ``Preempted`` of a stop at ``state``, naming where its checkpoint is. A host that
+    did not get SIGTERM itself stopped because another host asked (the vote does not say
+    why: SIGTERM there, or a failed checkpoint write on the host that writes them, which
+    reports that failure itself)."""
+    if not stop_signal.received():
+        return Preempted("stopped{} at step {} as another host asked".format(
+            during, state.global_step), "the host that asked says why in its log")
     return Preempted("stopped by SIGTERM{} at step {}; checkpoint {}".format(
         during, state.global_step, checkpoint or "not written (no job dir)"),
         "the platform restarts the job, which resumes from the checkpoint")
@@ -278,10 +303,4 @@ def _input_setup(config: TrainConfig) -> InputSetup:
 
     return InputSetup(config.fake_data, resolve_workers(config.num_workers), host_cores())
 
-
-def _limited(batches, count: int):
-    for index, batch in enumerate(batches):
-        if index >= count:
-            return
-        yield batch
 

@@ -133,7 +133,7 @@ class RunCheckpoints:
         raise DataError(
             "checkpoint {} was trained on {}; --data_dir holds {}".format(
                 uri, _identity(saved), _identity(self.data_identity)),
-            "resume with the --data_dir the run started with (the same shard files), or "
+            "resume with the --data_dir the run started with (the same files), or "
             "start over with a new --job_dir")
 
     def save(self, state: LoopState, outputs: RunOutputs, wait: bool = False
@@ -219,8 +219,10 @@ def _layout(layout: Dict[str, int], names: List[str]) -> str:
 
 
 def _identity(identity: Dict[str, Any]) -> str:
-    return "{} training examples in {} shards (digest {})".format(
-        identity.get("examples"), identity.get("shards"), identity.get("digest"))
+    where = ("{} shards".format(identity["shards"]) if "shards" in identity
+             else "class-folder files")
+    return "{} training examples in {} (digest {})".format(
+        identity.get("examples"), where, identity.get("digest"))
 
 
 def _total(state: LoopState) -> float:

@@ -78,11 +78,11 @@ RUN = ["--fake_data", "--num_epochs=1", "--num_steps=60", "--checkpoint_steps=10
        "--log_steps=1", "--batch_size=16"]
 
 
-def start(job, proxy, tmp_path):
+def start(job, proxy, tmp_path, run=RUN):
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer.mnist"] + RUN + ["--job_dir=" + job], cwd=str(REPO),
+        [sys.executable, "-m", "trainer.mnist"] + run + ["--job_dir=" + job], cwd=str(REPO),
         env=clean_environ(PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url,
                           TRAINER_GCS_RETRY_DEADLINE="60", HOME=str(tmp_path),
                           TMPDIR=str(scratch)),
@@ -186,3 +186,30 @@ def test_the_write_runs_nicer_than_the_trainer_and_the_trainer_keeps_its_priorit
     writer.wait()
     assert seen == [min(19, trainer_before + WRITER_NICENESS)]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == trainer_before
+
+
+def test_a_failed_background_write_stops_the_run_within_a_step_with_its_state_written(
+        faulty_gcs, tmp_path):
+    # Every upload of step 500's checkpoint is refused (403: no retry), as a bucket whose
+    # writes fail would. The loop learns of it after the step during which it failed, not
+    # at the next checkpoint (step 1000, the epoch's end): it writes the state it reached
+    # and exits 74 naming step 500's.
+    bucket, proxy = faulty_gcs
+    job = "gs://{}/job".format(bucket.name)
+    refused = proxy.add(Rule(checkpoint_name(500), status=403))
+    process = start(job, proxy, tmp_path, ["--fake_data", "--num_epochs=1", "--num_steps=1000",
+                                           "--checkpoint_steps=500", "--log_steps=100",
+                                           "--batch_size=16"])
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert refused.hit.is_set()
+    assert process.returncode == 74, err
+    error, hint = err.strip().splitlines()[-2:]
+    assert "Traceback" not in err
+    assert error.startswith("StorageError: ") and checkpoint_name(500) in error
+    saved = checkpoint_steps(bucket)
+    assert len(saved) == 1 and 500 < saved[0] < 1000, saved  # the state it stopped at
+    assert "{} was written since".format(checkpoint_name(saved[0])) in hint
+    assert loaded(bucket, saved[0])["step"] == saved[0]

@@ -37,6 +37,13 @@ def test_checkpoints_and_evaluations_follow_their_epochs_and_the_last_always(tmp
     assert evaluated == [3, 5]
 
 
+def test_a_step_that_ends_an_epoch_and_is_due_by_checkpoint_steps_is_written_once(tmp_path):
+    result = run_mnist(tmp_path, "--num_epochs=2", "--num_steps=4", "--checkpoint_steps=2")
+    assert checkpointed(tmp_path) == [checkpoint_name(step) for step in (2, 4, 6, 8)]
+    written = re.findall(r"checkpoint \S+(ckpt-\d+\.pt)", result.stdout + result.stderr)
+    assert written == [checkpoint_name(step) for step in (2, 4, 6, 8)]
+
+
 @pytest.mark.parametrize("minutes, steps", [
     # Due at every boundary: checkpointed at step 1, then the vote cast before that checkpoint
     # is spent (step 2), and so on; step 6 is the epoch's end.

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO, clean_environ
+from conftest import REPO, clean_environ, make_image_folder
 from trainer.data.make_shards import convert
 
 RUN = ["--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=0",
@@ -48,3 +48,19 @@ def test_a_resume_on_the_same_shard_set_goes_on(photo_shards, tmp_path):
                           "--num_epochs={}".format(epochs))
         assert result.returncode == 0, result.stderr
     assert "resumed from" in result.stdout
+
+
+def test_a_class_folder_run_resumed_on_other_files_is_refused(tmp_path):
+    data, job = make_image_folder(tmp_path / "images", classes=2, per_class=8), tmp_path / "job"
+    first = imagenet("--data_dir=" + str(data), "--job_dir=" + str(job), "--num_epochs=1")
+    assert first.returncode == 0, first.stderr
+    # (Another --seed is refused as for shards: the source's layout records it,
+    # tests/trainer/data/test_folder_source.py.)
+    (data / "train" / "class0" / "extra.png").write_bytes(
+        (data / "train" / "class0" / "0.png").read_bytes())
+    files = imagenet("--data_dir=" + str(data), "--job_dir=" + str(job), "--num_epochs=2")
+    assert files.returncode == 65, files.stderr
+    error = files.stderr.strip().splitlines()[-2]
+    assert "was trained on 16 training examples in class-folder files (digest " in error
+    assert "--data_dir holds 17 training examples in class-folder files" in error
+    assert "Traceback" not in files.stderr

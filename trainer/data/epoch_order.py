@@ -282,15 +282,20 @@ def parts_of(pieces: Sequence[Piece], parts: int) -> List[List[Piece]]:
 
 
 def units(order: ExampleOrder, cut: Cut, host: int, first_step: int, parts: int,
-          mixing: Optional[Mixing] = None) -> Iterator[Unit]:
-    """The work units of host ``host``'s original steps from ``first_step`` on (from the
-    start of its group under ``mixing``: a trained step needs its whole group), in order:
-    each step's pieces in at most ``parts`` groups (``parts_of``). Put together in order, an
-    original step's units are its local batch, whatever ``parts`` is; ``mixing.rows`` then
-    takes each trained step's rows from its group's."""
+          mixing: Optional[Mixing] = None, end: Optional[int] = None) -> Iterator[Unit]:
+    """The work units of host ``host``'s original steps that trained steps ``first_step`` to
+    ``end`` (default: the epoch's end) need, in order: under ``mixing`` a trained step needs
+    its whole group, so they run from the start of ``first_step``'s group to the end of
+    ``end - 1``'s; none when no step is left (a run stopped after an epoch's last step).
+    Each step's pieces come in at most ``parts`` groups (``parts_of``). Put together in
+    order, an original step's units are its local batch, whatever ``parts`` is;
+    ``mixing.rows`` then takes each trained step's rows from its group's."""
+    end = cut.steps if end is None else min(end, cut.steps)
+    if first_step >= end:
+        return
     if mixing is not None:
-        first_step = mixing.group(first_step).start
-    for step in range(first_step, cut.steps):
+        first_step, end = mixing.group(first_step).start, mixing.group(end - 1).stop
+    for step in range(first_step, end):
         groups = parts_of(order.take(*cut.host_range(step, host)), parts)
         for part, pieces in enumerate(groups):
             yield step, part, len(groups), pieces

@@ -17,9 +17,10 @@ the device). No mixing: a permutation of single examples keeps no group together
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -102,6 +103,8 @@ class FolderSource(stream.StreamSource):
         cut = Cut(len(self.train.files), batch_size, host.count)
         eval_cut = Cut(len(self.val.files), self.eval_batch_size, host.count, padded=True)
         self.eval_steps = eval_cut.steps
+        # The order depends on the seed besides the global batch (checked when a run resumes).
+        self.layout = {"seed": seed}
         # Shared memory as for shards (a unit here is at most L / workers rows, well within
         # the plan's bound; the plan's held batches count a mixing group this source does not
         # hold: a margin, not a shortfall).
@@ -113,6 +116,14 @@ class FolderSource(stream.StreamSource):
             stream.Split(self.train, FolderOrder(len(self.train.files), True), cut),
             stream.Split(self.val, FolderOrder(len(self.val.files), False), eval_cut),
             host.index, seed, image_size, num_workers))
+
+    def identity(self) -> Dict[str, object]:
+        """The training files' names and classes (what a listing tells without reading every
+        image): files added, removed or moved to another class give another digest."""
+        digest = hashlib.sha256()
+        for name, label in self.train.files:
+            digest.update("{}\0{}\0".format(name, label).encode())
+        return {"examples": len(self.train.files), "digest": digest.hexdigest()[:16]}
 
     def describe(self) -> str:
         return "{} class folders ({} train, {} val images), {} data worker(s)".format(

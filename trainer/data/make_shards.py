@@ -179,13 +179,15 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     progress = Progress(len(plan), total, progress_seconds)
     for shard, _ in done.values():
         progress.done_before(shard.count)
+    resume = ("run the same command again to resume: it keeps the shards written and makes "
+              "the rest")
     for shard, skipped in worker_pool.results(
             make_shard, tasks, workers or host_cores(), lambda task: "making " + task[2],
-            "run the same command again to resume: it keeps the shards written and makes the "
-            "rest"):
+            resume):
         done[shard.name] = (shard, skipped)
         _report_skipped(skipped)
         progress.add(shard.count, final=len(done) == len(plan))
+    worker_pool.check_complete([name for name, _ in plan], done, resume)
     splits = {split: [done[name][0] for name, _ in plan
                       if name.startswith(split + "-")] for split in SPLITS}
     skipped = sorted(path for _, skipped_files in done.values() for path in skipped_files)

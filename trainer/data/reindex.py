@@ -89,9 +89,11 @@ def reindex(data_dir: str, workers: int = 0) -> Optional[ShardIndex]:
     classes, splits, skipped = old_index(data, root.join(INDEX_NAME))
     tasks = [(root.uri, name, count) for shards in splits.values() for name, count in shards]
     log.info("%s: reading %d shards to record where each example is", root.uri, len(tasks))
+    resume = "run the same command again: the old index stays until every shard is read"
     entries = {shard.name: shard for shard in worker_pool.results(
         index_shard, tasks, workers or host_cores(), lambda task: "reading " + task[1],
-        "run the same command again: the old index stays until every shard is read")}
+        resume)}
+    worker_pool.check_complete([task[1] for task in tasks], entries, resume)
     index = ShardIndex(classes, {split: [entries[name] for name, _ in shards]
                                  for split, shards in splits.items()}, skipped)
     root.write_bytes(OLD_INDEX, data)

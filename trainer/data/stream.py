@@ -1,6 +1,8 @@
 """One input stream for a whole run: the data workers start once and build, without a pause,
-the training steps of an epoch, the evaluation after it, the next epoch, and so on, until the
-run ends (``close``) or asks for something else. Shards and class-folder trees alike: a
+the training steps of an epoch, the evaluation after it (where the run evaluates), the next
+epoch, and so on, to the run's last segment (``RunSchedule``, which the run gives before it
+starts; then the workers end by themselves), unless the run asks for something else first or
+ends (``close``). Shards and class-folder trees alike: a
 ``Split`` names its reader and its order (``shard_source``, ``folder_source``).
 
 The order of everything is arithmetic (``trainer.data.epoch_order``), so the stream knows what
@@ -30,13 +32,13 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from trainer.batches import Batch, DataSource, pad_batch
+from trainer.batches import Batch, DataSource, RunSchedule, pad_batch
 from trainer.data import epoch_order, images, loader, plan
 from trainer.data.shard_reads import prefetched
 
@@ -44,6 +46,8 @@ TRAIN, EVAL = "train", "eval"
 # Where the stream is: (TRAIN, epoch, step) or (EVAL, epoch that follows it, step); an
 # evaluation that no epoch precedes has epoch None, and nothing follows it.
 Position = Tuple[str, Optional[int], int]
+# A stream on its own (no run told it its schedule): every epoch evaluated, no end.
+ENDLESS = RunSchedule()
 # What a worker hands over: (unit number, step, part, parts, images, labels).
 Item = Tuple[int, int, int, int, torch.Tensor, torch.Tensor]
 
@@ -71,9 +75,16 @@ class StreamSpec:
     seed: int
     image_size: int
     workers: int
+    schedule: RunSchedule = ENDLESS
 
     def split(self, kind: str) -> Split:
         return self.train if kind == TRAIN else self.val
+
+    def steps(self, kind: str) -> int:
+        """The steps of a segment of ``kind``: the split's, or fewer where the run says."""
+        steps = self.split(kind).cut.steps
+        limit = self.schedule.train_steps if kind == TRAIN else self.schedule.eval_steps
+        return steps if limit is None else min(steps, limit)
 
     def mixing(self, kind: str, epoch: Optional[int]) -> epoch_order.Mixing:
         """How the segment's original steps become its steps (evaluation: unmixed)."""
@@ -81,26 +92,32 @@ class StreamSpec:
         return epoch_order.Mixing(self.seed, epoch, split.cut.steps, split.mixing_steps)
 
 
-def segments(start: Position) -> Iterator[Position]:
-    """The segments from ``start`` on: an epoch from its step, then its evaluation, then the
-    next epoch from step 0, and so on; an evaluation with no epoch is alone."""
+def segments(start: Position, schedule: RunSchedule = ENDLESS) -> Iterator[Position]:
+    """The segments from ``start`` on, as ``schedule`` orders them: an epoch from its step,
+    then its evaluation if the run evaluates there, then the next epoch from step 0, and so
+    on to the run's end; an evaluation with no epoch is alone."""
     kind, epoch, step = start
     if epoch is None:
         yield start
         return
     while True:
         yield kind, epoch, step
-        kind, epoch, step = (EVAL, epoch + 1, 0) if kind == TRAIN else (TRAIN, epoch, 0)
+        if kind == TRAIN and schedule.evaluates_after(epoch + 1):
+            kind, epoch, step = EVAL, epoch + 1, 0
+        elif schedule.trains(epoch + 1 if kind == TRAIN else epoch):
+            kind, epoch, step = TRAIN, epoch + 1 if kind == TRAIN else epoch, 0
+        else:
+            return
 
 
 def work_units(spec: StreamSpec, start: Position) -> Iterator[Tuple[str, Optional[int],
                                                                     epoch_order.Unit]]:
     """(kind, epoch, unit) of every unit from ``start`` on, in order."""
-    for kind, epoch, step in segments(start):
+    for kind, epoch, step in segments(start, spec.schedule):
         split = spec.split(kind)
         order = split.order(spec.seed, epoch)
-        for unit in epoch_order.units(order, split.cut, spec.host, step,
-                                      max(1, spec.workers), spec.mixing(kind, epoch)):
+        for unit in epoch_order.units(order, split.cut, spec.host, step, max(1, spec.workers),
+                                      spec.mixing(kind, epoch), spec.steps(kind)):
             yield kind, epoch, unit
 
 
@@ -169,7 +186,14 @@ class Stream:
         # batches); None before the first.
         self.held: Optional[Tuple[Tuple[str, Optional[int], range], List[Batch]]] = None
         self.generation = 0  # a newer request makes the iterators of older ones stale
+        self.starts = 0  # how many times the workers were started
         self.lock = threading.Lock()
+
+    def schedule(self, run: RunSchedule) -> None:
+        """Prepare the segments of ``run`` from now on (the workers end after its last)."""
+        with self.lock:
+            self._stop()
+            self.spec = replace(self.spec, schedule=run)
 
     def train(self, epoch: int, step: int) -> Iterator[Batch]:
         return self.batches((TRAIN, epoch, step))
@@ -187,6 +211,10 @@ class Stream:
             if position != self.at or self.items is None:
                 self._start(position)
             self.generation += 1
+            if position[2] >= self.spec.steps(position[0]):
+                # No step left (a run stopped after an epoch's last step): the stream is at
+                # what follows already, whether or not the caller iterates.
+                self.at = _after(position, self.spec.schedule)
             return self._assembled(position, self.generation)
 
     def close(self) -> None:
@@ -200,6 +228,7 @@ class Stream:
         workers = self.spec.workers
         if epoch is None:  # a finite stream: no more workers than units
             workers = min(workers, sum(1 for _ in work_units(self.spec, position)))
+        self.starts += 1
         if workers:
             self.items = loader.load(_Workers(self.spec, position, workers), workers,
                                      batch_size=None, prefetch_factor=plan.PREFETCH_BATCHES)
@@ -216,9 +245,9 @@ class Stream:
 
     def _assembled(self, position: Position, generation: int) -> Iterator[Batch]:
         kind, epoch, step = position
-        cut = self.spec.split(kind).cut
+        cut, steps = self.spec.split(kind).cut, self.spec.steps(kind)
         mixing = self.spec.mixing(kind, epoch)
-        while step < cut.steps:
+        while step < steps:
             group = mixing.group(step)
             with self.lock:
                 if generation != self.generation or self.items is None:
@@ -230,11 +259,11 @@ class Stream:
                 batch = (self.held[1][0] if len(group) == 1 else _mixed(
                     self.held[1], mixing.rows(step, cut, self.spec.host), cut.local_batch))
                 step += 1
-                self.at = (kind, epoch, step)
+                # Where the stream is once this batch is taken: the next segment after the
+                # last (a caller that takes exactly the segment's steps never asks again).
+                self.at = ((kind, epoch, step) if step < steps
+                           else _after(position, self.spec.schedule))
             yield batch
-        with self.lock:
-            if generation == self.generation:
-                self.at = _after(position)
 
     def _original_step(self, step: int, rows: int) -> Batch:
         """The units of original step ``step``, the next in the stream, as one local batch."""
@@ -254,10 +283,10 @@ class Stream:
         return item
 
 
-def _after(position: Position) -> Optional[Position]:
+def _after(position: Position, schedule: RunSchedule) -> Optional[Position]:
     """Where the stream is once the segment at ``position`` has ended (None: nothing
     follows)."""
-    following = segments(position)
+    following = segments(position, schedule)
     next(following)
     return next(following, None)
 
@@ -291,6 +320,9 @@ class StreamSource(DataSource):
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         return self.stream.train(epoch, start_step)
+
+    def schedule(self, run: RunSchedule) -> None:
+        self.stream.schedule(run)
 
     def eval_batches(self) -> Iterator[Batch]:
         """This host's part of every padded global evaluation batch."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Collection, Iterator, List, Optional, Sequence
 
 from trainer.errors import EX_SOFTWARE, TrainerError
 
@@ -55,6 +55,17 @@ def results(function: Callable[[Any], Any], tasks: Sequence[Any], workers: int,
         pool.stop()
 
 
+def check_complete(planned: Sequence[str], done: Collection[str], resume: str) -> None:
+    """``WorkerDied`` unless every one of ``planned`` (task names) is in ``done``: a tool's
+    last guard that no task was lost on the way, whatever lost it."""
+    missing = [name for name in planned if name not in done]
+    if missing:
+        raise WorkerDied("no result for {} of {} tasks ({}{}): a worker process was lost; "
+                         "{}".format(len(missing), len(planned), ", ".join(missing[:3]),
+                                     ", ..." if len(missing) > 3 else "", resume),
+                         "the log above names the worker that ended, if it was seen")
+
+
 class _Worker:
     def __init__(self, context, function: Callable[[Any], Any]) -> None:
         self.conn, child_end = context.Pipe()
@@ -76,7 +87,7 @@ class _Pool:
             ) -> Iterator[Any]:
         queue = iter(range(len(tasks)))
         for worker in self.workers:
-            self._hand(worker, queue, tasks)
+            self._hand(worker, queue, tasks, doing, resume)
         while True:
             busy = [worker for worker in self.workers if worker.task is not None]
             if not busy:
@@ -94,18 +105,24 @@ class _Pool:
                 except (EOFError, OSError):
                     raise self._died(worker, doing(tasks[worker.task]), resume)
                 worker.task = None
-                self._hand(worker, queue, tasks)
+                self._hand(worker, queue, tasks, doing, resume)
                 if not succeeded:
                     raise value
                 yield value
 
-    def _hand(self, worker: _Worker, queue: Iterator[int], tasks: Sequence[Any]) -> None:
-        """Give ``worker`` the next task, or tell it to end when there is none."""
+    def _hand(self, worker: _Worker, queue: Iterator[int], tasks: Sequence[Any],
+              doing: Callable[[Any], str], resume: str) -> None:
+        """Give ``worker`` the next task, or tell it to end when there is none. A worker that
+        died since its last result cannot take the task: that is ``WorkerDied`` naming it
+        (the task is out of the queue, and no other worker would do it)."""
         number = next(queue, None)
         try:
             worker.conn.send(None if number is None else (number, tasks[number]))
-        except OSError:  # it died idle: it held nothing, and its sentinel is not waited on
-            return
+        except OSError:
+            if number is None:  # it died idle with nothing left to do: nothing is lost
+                return
+            raise self._died(worker, "waiting for its next task ({})".format(
+                doing(tasks[number])), resume)
         worker.task = number
 
     def _died(self, worker: _Worker, doing: str, resume: str) -> WorkerDied:

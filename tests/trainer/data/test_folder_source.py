@@ -98,3 +98,20 @@ def test_at_imagenet_size_every_host_and_worker_get_bounded_units_covering_the_e
         numbers = torch.tensor([first for unit in units for _, first, _ in unit[3]])
         seen.index_add_(0, numbers, torch.ones(len(numbers), dtype=torch.int8))
     assert int(seen.max()) == 1 and int(seen.sum()) == cut.steps * batch
+
+
+def test_its_identity_is_the_training_files_and_their_classes_and_its_layout_the_seed(
+        tmp_path):
+    data = make_image_folder(tmp_path / "images")
+
+    def identity():
+        return FolderSource(str(data), 16, 4, 0, seed=3).identity()
+
+    first = identity()
+    assert first["examples"] == 12 and identity() == first
+    assert FolderSource(str(data), 16, 4, 0, seed=4).layout == {"seed": 4}
+    (data / "train" / "class1" / "2.png").rename(data / "train" / "class2" / "9.png")
+    moved = identity()
+    assert moved["examples"] == 12 and moved != first  # the same count, another class
+    (data / "train" / "class0" / "0.png").unlink()
+    assert identity()["examples"] == 11

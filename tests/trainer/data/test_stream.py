@@ -5,11 +5,13 @@ throughout; every batch is the one a stream started at its own segment gives (so
 exact), with 0, 1 or 3 workers; a request the stream did not anticipate starts it again
 there; ``close`` ends the workers."""
 
+import itertools
 import os
 
 import pytest
 import torch
 
+from trainer.batches import RunSchedule
 from trainer.data.folder_source import FolderSource
 from trainer.data.shard_source import ShardSource
 from trainer.data.stream import EVAL, TRAIN, segments
@@ -121,3 +123,81 @@ def test_a_run_stopped_within_a_mixing_group_continues_from_the_group_it_holds(p
     finally:
         data.close()
         whole.close()
+
+
+def drawn_as_a_run_draws(data, schedule, first=(0, 0)):
+    """Every batch of the run ``schedule`` describes, requested as ``fit`` requests them (each
+    segment cut to its steps, never one batch more), from epoch ``first[0]`` step
+    ``first[1]`` on: [(kind, epoch, batches)]."""
+    data.schedule(schedule)
+    drawn = []
+    epoch, step = first
+    while schedule.trains(epoch):
+        steps = min(data.steps_per_epoch, schedule.train_steps or data.steps_per_epoch)
+        drawn.append((TRAIN, epoch, flat(itertools.islice(data.train_batches(epoch, step),
+                                                          max(0, steps - step)))))
+        epoch, step = epoch + 1, 0
+        if schedule.evaluates_after(epoch):
+            drawn.append((EVAL, epoch, flat(itertools.islice(
+                data.eval_batches(), schedule.eval_steps or data.eval_steps))))
+    return drawn
+
+
+def test_the_segments_follow_the_runs_schedule_to_its_end():
+    every_third = RunSchedule(epochs=6, eval_every=3)
+    assert list(segments((TRAIN, 1, 5), every_third)) == [
+        (TRAIN, 1, 5), (TRAIN, 2, 0), (EVAL, 3, 0), (TRAIN, 3, 0), (TRAIN, 4, 0),
+        (TRAIN, 5, 0), (EVAL, 6, 0)]
+    assert list(segments((EVAL, 2, 0), RunSchedule(epochs=2))) == [(EVAL, 2, 0)]
+
+
+def test_evaluating_every_third_epoch_starts_the_workers_once_in_six_epochs(photo_shards):
+    data = source(photo_shards, 2)
+    try:
+        drawn = drawn_as_a_run_draws(data, RunSchedule(epochs=6, eval_every=3))
+        assert [(kind, epoch) for kind, epoch, _ in drawn] == [
+            (TRAIN, 0), (TRAIN, 1), (TRAIN, 2), (EVAL, 3), (TRAIN, 3), (TRAIN, 4), (TRAIN, 5),
+            (EVAL, 6)]
+        assert data.stream.starts == 1
+        assert data.stream.at is None  # the run's last segment is the stream's last
+    finally:
+        data.close()
+    whole = source(photo_shards, 0)
+    try:
+        assert same(drawn[4][2], flat(whole.train_batches(3)))
+        assert same(drawn[7][2], flat(whole.eval_batches()))
+    finally:
+        whole.close()
+
+
+def test_num_steps_builds_only_the_steps_it_trains_and_the_stream_runs_on(photo_shards):
+    # --num_steps=5 on 24-step epochs: each epoch's 5 steps and a 2-step evaluation, all
+    # from one start of the workers; the steps are the full epoch's first 5.
+    data = source(photo_shards, 2)
+    try:
+        drawn = drawn_as_a_run_draws(data, RunSchedule(2, 1, train_steps=5, eval_steps=2))
+        assert [len(batches) for _, _, batches in drawn] == [5, 2, 5, 2]
+        assert data.stream.starts == 1 and data.stream.at is None
+    finally:
+        data.close()
+    whole = source(photo_shards, 0)
+    try:
+        assert same(drawn[2][2], flat(whole.train_batches(1))[:5])
+    finally:
+        whole.close()
+
+
+@pytest.mark.parametrize("batch", [10, 24])  # 19 steps an epoch (4k + 3), and 8 (4k)
+def test_a_run_stopped_after_an_epochs_last_step_resumes_at_its_evaluation(photo_shards, batch):
+    # A SIGTERM read after the last step saves (epoch, step_in_epoch = steps): the resumed
+    # stream has no step left to build and goes on with that epoch's evaluation, then the
+    # next epoch, from one start of the workers (mixing must not move the start back).
+    data = source(photo_shards, 2, batch)
+    try:
+        steps = data.steps_per_epoch
+        drawn = drawn_as_a_run_draws(data, RunSchedule(epochs=2), first=(0, steps))
+        assert [(kind, epoch, len(batches)) for kind, epoch, batches in drawn] == [
+            (TRAIN, 0, 0), (EVAL, 1, 4), (TRAIN, 1, steps), (EVAL, 2, 4)]
+        assert data.stream.starts == 1
+    finally:
+        data.close()

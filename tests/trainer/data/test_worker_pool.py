@@ -37,6 +37,15 @@ def data_error_at_1(task):
     return task
 
 
+def dies_after_sending_1(task):
+    """Task 1's result is sent, then its worker dies (SIGKILL) before it takes another; task
+    0 comes back first, while task 1 still takes a moment."""
+    if task == 1:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        threading.Event().wait(0.1)
+    return task
+
+
 def unpicklable(task):
     return lambda: task
 
@@ -91,3 +100,18 @@ def test_a_caller_that_stops_reading_stops_the_workers(no_workers_left):
     made = results(kill_myself_at_3, [0, 1, 2], 2, str, "")
     next(made)
     made.close()
+
+
+def test_a_worker_that_dies_between_tasks_is_named_with_the_task_it_could_not_take(
+        no_workers_left):
+    # The caller dwells on the first result (task 0's) while task 1's worker sends its result
+    # and dies: handing that worker the next task fails, and that task must not be lost.
+    made = results(dies_after_sending_1, list(range(6)), 2, "doing {}".format, "again")
+    first = next(made)
+    threading.Event().wait(1.0)
+    with pytest.raises(WorkerDied) as caught:
+        list(made)
+    assert first == 0
+    assert caught.value.exit_code == 70
+    assert " was killed by SIGKILL while " in caught.value.message
+    assert caught.value.message.endswith("; again")

@@ -26,7 +26,7 @@ class Rule:
     that long and then drop it; or, with ``mangle``, answer with the real response whose body
     is "corrupt" (one byte flipped) or "truncated" (half sent, then the connection closed).
     ``every`` 2 breaks every other match (each write then needs one retry); 1 breaks all of
-    them (an outage)."""
+    them (an outage); counted from the first match past ``after``."""
 
     needle: str
     methods: Tuple[str, ...] = WRITES
@@ -34,6 +34,7 @@ class Rule:
     hang_s: float = 0.0
     mangle: str = ""
     every: int = 1
+    after: int = 0  # the first ``after`` matches pass untouched
     matched: int = 0
     broken: int = 0
     hit: threading.Event = field(default_factory=threading.Event)  # set at the first break
@@ -42,7 +43,7 @@ class Rule:
         if method not in self.methods or self.needle not in text:
             return False
         self.matched += 1
-        if (self.matched - 1) % self.every:
+        if self.matched <= self.after or (self.matched - 1 - self.after) % self.every:
             return False
         self.broken += 1
         self.hit.set()

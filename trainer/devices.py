@@ -26,16 +26,17 @@ device count (``optim.peak_rate``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, ContextManager, Iterator, NamedTuple, Optional, Tuple
 
 import torch
 
-from trainer import xla
+from trainer import stop_signal, xla
 from trainer.batches import HostPart
 from trainer.config import parse_devices
-from trainer.errors import EX_USAGE, TrainerError
+from trainer.errors import EX_USAGE, Preempted, TrainerError
 
 log = logging.getLogger("trainer")
 
@@ -170,6 +171,28 @@ class Agreed(NamedTuple):
 NEITHER = Agreed(False, False)
 
 
+# How long a host of a slice still waits for its next batch after a stop signal: long enough
+# for a slow read to end and the hosts to stop together at the next step (checkpointed), short
+# enough to leave most of a platform's grace period (Spot VMs: about 15 s; Vertex AI, GKE: 30 s
+# by default) for the exit.
+SLICE_INPUT_GRACE_S = 5.0
+
+
+@contextlib.contextmanager
+def _given_up_after(grace: float) -> Iterator[None]:
+    try:
+        with stop_signal.interruptible(grace):
+            yield
+    except stop_signal.Stopped:
+        raise Preempted(
+            "stopped by {} after waiting {:g} s more for the next batch: no checkpoint at this "
+            "step (a slice's hosts checkpoint only a step they all reached)".format(
+                stop_signal.name(), grace),
+            "the data reads stalled (see the input lines above); the platform restarts the "
+            "job, which resumes from the newest checkpoint",
+            exit_code=stop_signal.exit_code())
+
+
 class BoundaryVote:
     """``decide()`` at each step boundary: whether the run stops there and whether it
     checkpoints there, the same answers on every host, so no host is left waiting in a
@@ -197,6 +220,18 @@ class BoundaryVote:
         previous, self._pending = self._pending, self.tally(self._votes())
         xla.sync()  # dispatch this boundary's vote (with the step, on the lazy path)
         return NEITHER if previous is None else self._read(previous)
+
+    def input_wait(self) -> ContextManager[None]:
+        """The context the loop waits for its next batch in, when a stop signal may come
+        during a stalled read (a storage outage). One process: the signal ends the wait at
+        once, and the loop stops at the step reached, checkpointed. A slice: its hosts agree
+        on where they stop through this vote, which needs one more step; a host still
+        waiting ``SLICE_INPUT_GRACE_S`` after the signal gives that up and stops without a
+        new checkpoint (``Preempted``): every host then resumes from the newest one, and none
+        wrote a step the others did not reach."""
+        if self.topology.process_count == 1:
+            return stop_signal.interruptible(0.0)
+        return _given_up_after(SLICE_INPUT_GRACE_S)
 
     def should_stop(self) -> bool:
         """``decide().stop``, for a loop that never checkpoints (evaluation)."""

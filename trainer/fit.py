@@ -191,10 +191,11 @@ class _Run:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
         state, config = self.state, self.config
         if self.placement.vote.settle():  # during start-up: nothing new to checkpoint
-            raise Preempted("stopped by SIGTERM before training resumed at step {}".format(
-                state.global_step), "the platform restarts the job, which starts again here")
+            raise _preempted("stopped by {} before training resumed at step {}".format(
+                stop_signal.name(), state.global_step),
+                "the platform restarts the job, which starts again here")
         hooks = EpochHooks(config.log_steps, progress, self.checkpoint_cadence,
-                           self.placement.vote.decide)
+                           self.placement.vote.decide, input_wait=self.placement.vote.input_wait)
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
         accuracy: Dict[str, float] = {}
@@ -255,7 +256,8 @@ class _Run:
         eval_batches = itertools.islice(self.data.eval_batches(),
                                         self.config.num_steps or self.data.eval_steps)
         loaded = self.placement.loader(eval_batches, self.steps, fixed=self.data.fixed_batch())
-        accuracy = evaluate(self.steps, loaded, self.placement.vote.should_stop)
+        accuracy = evaluate(self.steps, loaded, self.placement.vote.should_stop,
+                            self.placement.vote.input_wait)
         self.eval_seconds += time.perf_counter() - started
         if accuracy is None:
             self.outputs.flush()
@@ -279,11 +281,16 @@ def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preemp
     why: SIGTERM there, or a failed checkpoint write on the host that writes them, which
     reports that failure itself)."""
     if not stop_signal.received():
-        return Preempted("stopped{} at step {} as another host asked".format(
+        return _preempted("stopped{} at step {} as another host asked".format(
             during, state.global_step), "the host that asked says why in its log")
-    return Preempted("stopped by SIGTERM{} at step {}; checkpoint {}".format(
-        during, state.global_step, checkpoint or "not written (no job dir)"),
+    return _preempted("stopped by {}{} at step {}; checkpoint {}".format(
+        stop_signal.name(), during, state.global_step, checkpoint or "not written (no job dir)"),
         "the platform restarts the job, which resumes from the checkpoint")
+
+
+def _preempted(message: str, hint: str) -> Preempted:
+    """A stop's error, with the exit code of the signal received (Ctrl-C: 130)."""
+    return Preempted(message, hint, exit_code=stop_signal.exit_code())
 
 
 def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs) -> None:

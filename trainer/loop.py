@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterable, Iterator, Opti
 
 import torch
 
-from trainer import xla
+from trainer import stop_signal, xla
 from trainer.devices import NEITHER, Agreed
 from trainer.steps import Steps
 
@@ -37,14 +37,19 @@ class StepClock:
     _last: Optional[float] = None
     # The part of ``seconds`` the loop spent waiting for the next batch (``next_batch``).
     waited: float = 0.0
+    # The longest of those waits since the reader last set it to 0 (``progress``: a stall).
+    longest_wait: float = 0.0
 
     def next_batch(self, batches: Iterator) -> Optional[Any]:
         """The next item of ``batches`` (None at their end), the time it took counted as
         waiting for input."""
         started = time.perf_counter()
-        batch = next(batches, None)
-        self.waited += time.perf_counter() - started
-        return batch
+        try:
+            return next(batches, None)
+        finally:
+            waited = time.perf_counter() - started
+            self.waited += waited
+            self.longest_wait = max(self.longest_wait, waited)
 
     def start(self) -> None:
         self._last = time.perf_counter()
@@ -98,6 +103,10 @@ class EpochHooks:
     on_log: Optional[Callable[[int, torch.Tensor], None]] = None
     on_step: Optional[Callable[[LoopState, bool], None]] = None
     decide: Callable[[], Agreed] = lambda: NEITHER
+    # The context the loop waits for each batch in: one where a stop signal raises
+    # ``stop_signal.Stopped`` (then the epoch ends as if ``decide`` had said stop), or that
+    # raises the run's own error (``devices.BoundaryVote.input_wait``).
+    input_wait: Callable[[], ContextManager] = contextlib.nullcontext
     # The context each step runs in, given its global step (``profiling``: the profiler's
     # step annotation while a profile is captured).
     step_context: Callable[[int], ContextManager] = lambda step: contextlib.nullcontext()
@@ -105,8 +114,10 @@ class EpochHooks:
 
 def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
                 hooks: EpochHooks) -> bool:
-    """Train over ``batches``; returns True when ``hooks.decide()`` ended the epoch early
-    (the checkpoint is then the caller's, so ``on_step`` is not called for that step). On the
+    """Train over ``batches``; returns True when ``hooks.decide()`` ended the epoch early, or a
+    stop signal ended the wait for a batch (``hooks.input_wait``), at the state after the last
+    step dispatched (the checkpoint is then the caller's, so ``on_step`` is not called for that
+    step). On the
     lazy path each step is cut here, before the next batch is asked for: ``batches`` must not
     cut it too (``fit`` gives a device loader that does not)."""
     steps.model.train()
@@ -119,7 +130,12 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
             # Cut the step before asking for the next batch, as the loader would on asking:
             # the time waited for the batch is then the input's alone.
             xla.sync()
-        batch = state.clock.next_batch(loaded)
+        try:
+            with hooks.input_wait():
+                batch = state.clock.next_batch(loaded)
+        except stop_signal.Stopped:
+            xla.sync()
+            return True
         if batch is None:
             break
         x, y = batch
@@ -148,16 +164,27 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
     return False
 
 
-def evaluate(steps: Steps, batches: Iterable,
-             stop: Callable[[], bool] = lambda: False) -> Optional[Dict[str, float]]:
+def evaluate(steps: Steps, batches: Iterable, stop: Callable[[], bool] = lambda: False,
+             input_wait: Callable[[], ContextManager] = contextlib.nullcontext
+             ) -> Optional[Dict[str, float]]:
     """Top-k accuracy over ``batches``; counts stay on the device until the end. None when
-    ``stop()`` turns true first (SIGTERM: a long evaluation, such as ImageNet's 50,000
-    images, can outlast the platform's grace period)."""
+    ``stop()`` turns true first, or a stop signal ends a wait for a batch (``input_wait``, as
+    in ``train_epoch``): SIGTERM, since a long evaluation, such as ImageNet's 50,000 images,
+    can outlast the platform's grace period."""
     steps.model.eval()
     counts = steps.zero_counts()
-    for x, y in batches:
+    loaded = iter(batches)
+    while True:
+        try:
+            with input_wait():
+                batch = next(loaded, None)
+        except stop_signal.Stopped:
+            return None
+        if batch is None:
+            break
         if stop():
             return None
+        x, y = batch
         counts = steps.evaluate(x, y, counts)
     xla.sync()
     correct, seen = counts

@@ -5,7 +5,8 @@ Each line gives the loss, the step time, the share of it the loop waited for the
 TensorBoard and ``metrics.jsonl`` get the same figures (``train/...``). When the loop waited
 more than ``INPUT_BOUND_SHARE`` of a window, one line containing ``input-bound`` says which
 fix applies on this host (``input_bound_advice``); never on ``--fake_data``, whose one
-batch is always ready.
+batch is always ready. A window with one wait of ``STALL_SECONDS`` or more is a stall, not a
+lack of cores: its line (``stall_advice``, each time) points at the data's storage instead.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ log = logging.getLogger("trainer")
 
 # The share of a window's time spent waiting for batches above which the run is input-bound.
 INPUT_BOUND_SHARE = 0.10
+# One wait for a batch this long is a stall of the data's reads (a storage outage: reads retry
+# for up to ``TRAINER_GCS_RETRY_DEADLINE``), which no number of cores would shorten: decoding
+# even a whole ImageNet batch of 1,024 in one worker takes a few seconds.
+STALL_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,15 @@ def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
                "grows with the pixels)".format(setup.cores, setup.workers))
     return ("input-bound: the loop waited {:.0%} of the last {} steps for the next batch; "
             "{}".format(share, steps, fix))
+
+
+def stall_advice(longest: float, steps: int) -> str:
+    """The ``input stalled`` line for a window of ``steps`` steps whose longest wait for a
+    batch was ``longest`` seconds."""
+    return ("input stalled: the loop waited {:.1f} s at once for a batch in the last {} steps: "
+            "the data's reads stopped answering (a storage outage or throttling: Cloud Storage "
+            "reads retry for up to TRAINER_GCS_RETRY_DEADLINE seconds), not a lack of cores; "
+            "check the data's bucket and the network".format(longest, steps))
 
 
 class ProgressLog:
@@ -91,9 +105,12 @@ class ProgressLog:
                               "examples_per_second_per_device": rate / self.devices,
                               "step_seconds": seconds / steps, "input_wait": share,
                               "graphs_compiled": graphs}, step)
-        if share > INPUT_BOUND_SHARE and not self.setup.fake and not self.advised:
+        if clock.longest_wait >= STALL_SECONDS:
+            log.info("%s", stall_advice(clock.longest_wait, steps))
+        elif share > INPUT_BOUND_SHARE and not self.setup.fake and not self.advised:
             log.info("%s", input_bound_advice(share, steps, self.setup))
             self.advised = True  # once a run: each progress line shows the share anyway
+        clock.longest_wait = 0.0
         self.last_step, self.last_total = step, total
         self.last_seconds, self.last_waited, self.last_time = clock.seconds, clock.waited, now
 

@@ -147,7 +147,7 @@ def test_sigterm_during_evaluation_stops_it_with_the_epoch_checkpointed(tmp_path
     from trainer.outputs import OutputPaths
 
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    monkeypatch.setattr(stop_signal, "_received", False)  # restored after this test
+    monkeypatch.setattr(stop_signal, "_received", None)  # restored after this test
     generator = torch.Generator().manual_seed(4)
     data = _SigtermDuringEvaluation(
         torch.randn(48, 1, 28, 28, generator=generator), torch.randint(0, 10, (48,)),

@@ -163,6 +163,11 @@ class _Raising:
         return batch
 
     def close(self) -> None:
+        # The workers end first (SIGTERM from their parent: ``_deaf_to_stops``): torch's
+        # shutdown would otherwise wait seconds for a worker stalled in a read.
+        for worker in getattr(self.batches, "_workers", []):
+            if worker.is_alive():
+                worker.terminate()
         shutdown = getattr(self.batches, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()

@@ -46,6 +46,8 @@ TRAIN, EVAL = "train", "eval"
 # Where the stream is: (TRAIN, epoch, step) or (EVAL, epoch that follows it, step); an
 # evaluation that no epoch precedes has epoch None, and nothing follows it.
 Position = Tuple[str, Optional[int], int]
+# How long ``close`` waits for a reader to let go of the stream before ending it regardless.
+CLOSE_WAIT_S = 1.0
 # A stream on its own (no run told it its schedule): every epoch evaluated, no end.
 ENDLESS = RunSchedule()
 # What a worker hands over: (unit number, step, part, parts, images, labels).
@@ -218,9 +220,15 @@ class Stream:
             return self._assembled(position, self.generation)
 
     def close(self) -> None:
-        """End the workers (the stream starts again at the next request)."""
-        with self.lock:
+        """End the workers (the stream starts again at the next request), at once: also while
+        a reader waits for a stalled read holding the lock (a SIGTERM then must not wait for
+        the read), whose iterator then ends in an error of its own thread."""
+        locked = self.lock.acquire(timeout=CLOSE_WAIT_S)
+        try:
             self._stop()
+        finally:
+            if locked:
+                self.lock.release()
 
     def _start(self, position: Position) -> None:
         self._stop()

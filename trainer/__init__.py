@@ -1,1 +1,2 @@
-"""Trainers run by the launcher on a single XLA device: ``trainer.mnist``, ``trainer.imagenet``."""
+"""Trainers run by the launcher on every XLA device of the job, as one SPMD program:
+``trainer.mnist``, ``trainer.imagenet``."""

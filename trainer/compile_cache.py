@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from typing import Any, Dict, Optional
 
-from trainer import xla
+from trainer import scratch, xla
 from trainer.errors import StorageError
 from trainer.outputs import OutputPaths
 from trainer.storage import Directory, open_dir
@@ -75,7 +73,7 @@ class CompileCache:
         try:
             # A remote cache's local copy is per process; a local cache is used in place (and
             # the scratch folder stays empty).
-            self._scratch = tempfile.mkdtemp(prefix="trainer-compile-cache-")
+            self._scratch = scratch.folder("compile-cache")
             self._local = directory.staging_path(self.namespace, self._scratch)
             os.makedirs(self._local, exist_ok=True)
             self.entries_at_start = directory.sync_down(self.namespace, self._local)
@@ -114,7 +112,7 @@ class CompileCache:
         first to keep its new entries). torch_xla may go on compiling in this process: it
         skips writing entries to a folder that is gone."""
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            scratch.release(self._scratch)
             self._scratch = None
 
     def __enter__(self) -> "CompileCache":

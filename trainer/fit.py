@@ -112,11 +112,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                 # Training is over: no data worker outlives it (one that died while the
                 # model is written would fail a finished run).
                 spec.data.close()
-                if profile is not None:
-                    profile.stop()
                 checkpoints.finish()
                 finished = True
             finally:
+                if profile is not None and (finished or stop_signal.received()):
+                    profile.stop()  # stopped inside the window: what it captured
                 if not finished:  # failing already: that error is the one reported
                     checkpoints.abandon()
                 outputs.flush()

@@ -31,12 +31,12 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 
+from trainer import scratch
 from trainer.checkpoint_writer import BackgroundWriter
 from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.storage import Directory, open_dir
@@ -122,7 +122,7 @@ class RunOutputs:
         paths = paths if writes else OutputPaths()
         self.paths = paths
         self.hypertune_tag = hypertune_tag
-        self._work = tempfile.mkdtemp(prefix="trainer-outputs-")
+        self._work = scratch.folder("outputs")
         self._writer = None
         self._tensorboard_local: Optional[str] = None
         self._uploads = uploads or BackgroundWriter()
@@ -268,7 +268,7 @@ class RunOutputs:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        shutil.rmtree(self._work, ignore_errors=True)
+        scratch.release(self._work)
 
     def __enter__(self) -> "RunOutputs":
         return self

@@ -7,7 +7,8 @@ local TensorBoard folder and uploaded with it (``RunOutputs.flush``).
 
 Refused at start (exit 64) where it cannot work: torch_xla without an in-process profiler
 (the xrt image's 1.11), or a run with no TensorBoard folder (no job dir). A run that resumes
-past FIRST, or ends before it, captures nothing and says so.
+past FIRST, or ends before it, captures nothing and says so; one stopped inside the window
+(SIGTERM, Ctrl-C) writes the steps it captured, since its resumed run starts past them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ProfileWindow:
         self.first, self.count = steps
         self.folder, self.flush, self.uri = folder, flush, uri or folder
         self.started = self.finished = False
+        self.last = 0  # the last step annotated
 
     @classmethod
     def for_run(cls, steps: Optional[Tuple[int, int]], tensorboard_dir: Optional[str],
@@ -67,6 +69,7 @@ class ProfileWindow:
             log.info("profiling steps %d to %d", self.first, self.first + self.count - 1)
             xla.start_profile(self.folder)
             self.started = True
+        self.last = number
         if number == self.first + self.count - 1:
             return self._last_step(number)
         return xla.step_annotation(number)
@@ -78,8 +81,8 @@ class ProfileWindow:
         self.stop()
 
     def stop(self) -> None:
-        """End the capture (once the captured steps have run) and write the profile; a run
-        that never reached the window says so."""
+        """End the capture (once the captured steps have run, or the run stopped within the
+        window) and write the profile; a run that never reached the window says so."""
         if self.finished:
             return
         self.finished = True
@@ -90,5 +93,6 @@ class ProfileWindow:
         xla.wait()  # the captured steps' device work ends inside the capture
         xla.stop_profile()
         self.flush()
-        log.info("profile of steps %d to %d in %s/plugins/profile/", self.first,
-                 self.first + self.count - 1, self.uri.rstrip("/"))
+        log.info("profile of steps %d to %d%s in %s/plugins/profile/", self.first, self.last,
+                 "" if self.last == self.first + self.count - 1 else " (stopped early)",
+                 self.uri.rstrip("/"))

@@ -287,12 +287,17 @@ class GcsDirectory(Directory):
 
     def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
         size = staged.seek(0, os.SEEK_END)
+        source = _StagedReads(staged)
 
         def send(blob, options):
             staged.seek(0)  # back to the start: the size was read at the end
-            blob.upload_from_file(staged, size=size, **options)
+            blob.upload_from_file(source, size=size, **options)
 
-        self._upload(name, overwrite, send)
+        try:
+            self._upload(name, overwrite, send)
+        except StagedReadError as error:
+            raise StorageError("reading the staged copy of {} in $TMPDIR failed: {}".format(
+                self.join(name), error.cause), self._write_hint())
 
     def _write_hint(self) -> str:  # what is local to a GCS write: the staged file
         return "check free space in $TMPDIR ({})".format(os.environ.get("TMPDIR", "/tmp"))
@@ -419,6 +424,31 @@ class GcsDirectory(Directory):
             raise StorageError("GCS request for {} failed: {}".format(self.join(name),
                                                                        _cause(error)),
                                "check the bucket name and the job's storage permissions")
+
+
+class StagedReadError(Exception):
+    """A read of a staged file failed during its upload: the local disk's error, which no
+    retry of the request mends (not an ``OSError``, which would count as the network's)."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _StagedReads:
+    """A staged file as an upload reads it: its read errors become ``StagedReadError``."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.stream.read(size)
+        except OSError as error:
+            raise StagedReadError(error)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def _retry_policy() -> dict:

@@ -74,3 +74,25 @@ def test_on_a_slice_only_the_host_that_writes_outputs_profiles():
     with pytest.raises(TrainerError) as raised:
         ProfileWindow.for_run((3, 2), None, None, print)
     assert raised.value.exit_code == 64
+
+
+def test_a_run_stopped_inside_the_window_writes_the_steps_it_captured(tmp_path):
+    # Its resumed run starts past those steps: this is that run's only profile.
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer.mnist", "--fake_data", "--num_epochs=1",
+         "--num_steps=100000", "--log_steps=1", "--profile_steps=3,100000",
+         "--job_dir=" + str(tmp_path)], cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:
+            if "step 6/" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert "(stopped early)" in out, out
+    assert list((tmp_path / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb"))

@@ -134,3 +134,26 @@ def test_writing_into_a_missing_bucket_is_one_storage_error_naming_it(gcs, scrat
         with pytest.raises(StorageError, match=r"bucket gs://no-such-bucket-\S+ does not exist"):
             write()
     assert list(scratch.iterdir()) == []
+
+
+def test_a_staged_file_that_cannot_be_read_back_is_named_as_the_local_disks_fault(gcs, tmp_path):
+    # The staged copy's descriptor is swapped for a write-only one once written: reading it
+    # back for the upload fails as a failing disk would (EBADF standing in for EIO). That is
+    # no network failure to retry for minutes, and the line must say where to look.
+    directory = open_dir("gs://{}/job".format(gcs.name))
+    unreadable = os.open(str(tmp_path / "write-only"), os.O_WRONLY | os.O_CREAT)
+    os.write(unreadable, b"x" * 100_000)  # the same size: only reading it fails
+
+    def produce(stream):
+        stream.write(b"x" * 100_000)  # past the buffer: the upload reads the descriptor
+        stream.flush()
+        os.dup2(unreadable, stream.fileno())
+
+    with pytest.raises(StorageError) as raised:
+        directory.write_file("checkpoint.pt", produce)
+    os.close(unreadable)
+    assert raised.value.message.startswith(
+        "reading the staged copy of gs://{}/job/checkpoint.pt in $TMPDIR failed: ".format(
+            gcs.name))
+    assert "$TMPDIR" in raised.value.hint and "GCS" not in raised.value.message
+    assert not list(gcs.list_blobs(prefix="job/"))

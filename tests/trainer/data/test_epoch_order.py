@@ -204,12 +204,14 @@ def fixed_order(counts, seed, epoch):
     return ExampleOrder(shuffled)
 
 
-def test_batch_mates_of_one_epoch_are_rarely_batch_mates_in_the_next():
-    # Issue 31: at batch 512 on ImageNet's shape, at most 0.5 % of an example's batch-mates
-    # are so again the next epoch. Fixed 32-example blocks, unmixed, kept about 31 of 511
-    # (5.8 %); independent shuffles would keep 511 / 1.28 M (0.04 %).
+@pytest.mark.parametrize("batch", [128, 512])
+def test_batch_mates_of_one_epoch_are_rarely_batch_mates_in_the_next(batch):
+    # Issue 31: on ImageNet's shape, at most 2.5 of an example's batch-mates are so again the
+    # next epoch, whatever the batch (0.49 % of them at batch 512, 1.97 % at 128; measured
+    # 0.29 % and 1.00 %: the count kept is about 1.5 at any batch). Fixed 32-example blocks,
+    # unmixed, kept about 31 of 511 at 512 (5.8 %); independent shuffles would keep
+    # 511 / 1.28 M (0.04 %).
     counts = [shard.count for shard in imagenet().entries("train")]
-    batch = 512
 
     def steps(epoch, moved):
         if moved:
@@ -220,7 +222,8 @@ def test_batch_mates_of_one_epoch_are_rarely_batch_mates_in_the_next():
 
     old = mates_again(steps(0, False), steps(1, False))
     new = mates_again(steps(0, True), steps(1, True))
-    assert old > 0.05 and new <= 0.005, (old, new)
+    print("batch {}: {:.2%} fixed, {:.2%} moved and mixed".format(batch, old, new))
+    assert old > 0.05 and new <= 2.5 / (batch - 1), (old, new)
 
 
 @pytest.mark.parametrize("hosts, chips, per_chip", [(1, 4, 128), (4, 4, 128), (16, 4, 128),

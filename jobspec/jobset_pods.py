@@ -1,0 +1,109 @@
+"""The rules on how a GKE JobSet's pods fail, restart and are named, which Kubernetes and
+JobSet would refuse only at ``kubectl apply`` or that leave a slice that never forms (used by
+``jobspec.jobset``; the reasons are in docs/gke.md):
+
+- ``restartPolicy``: ``Always`` is refused for a Job; JobSet's default ``OnFailure`` restarts
+  one host's container alone, which cannot rejoin the slice's running SPMD program, and is
+  refused next to a ``podFailurePolicy``. The templates say ``Never``.
+- no ``podFailurePolicy``: every failure, a bad flag included, is retried ``maxRestarts``
+  times, and a preemption uses up a restart like a crash (advice).
+- ``hostNetwork: true`` without ``dnsPolicy: ClusterFirstWithHostNet``: the pods resolve names
+  with the node's DNS, which does not know the JobSet's headless service, so the hosts
+  ``TPU_WORKER_HOSTNAMES`` lists cannot find each other.
+- one container asking for ``google.com/tpu``: a second one asks for chips a host does not
+  have, and the pod is never scheduled.
+- the JobSet's name: JobSet names its Jobs ``NAME-REPLICATEDJOB-J`` and their pods
+  ``NAME-REPLICATEDJOB-J-P-xxxxx``, each of which must be a DNS-1035 label (lower-case
+  letters, digits and '-', starting with a letter, at most 63 characters): its webhook refuses
+  the JobSet otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Sequence, Tuple
+
+from jobspec.findings import ERROR, WARNING, Finding
+from jobspec.gke_tpus import as_list as _list
+from jobspec.gke_tpus import as_mapping as _mapping
+
+MAX_LABEL = 63
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_POD_SUFFIX = "-xxxxx"  # the 5 random characters Kubernetes appends to a Job's pod names
+_POLICY_FIX = ("copy podFailurePolicy, restartPolicy: Never and failurePolicy.rules from "
+               "config/gke-jobset-v5e-16.yaml")
+
+
+def name_rules(job: Dict[str, Any]) -> List[Finding]:
+    """Findings at ``metadata.name`` for the Job and pod names JobSet will generate."""
+    name = _mapping(job.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        return []  # the schema's (or make submit-gke fills it in)
+    if not _DNS_1035.fullmatch(name):
+        return [Finding(ERROR, "metadata.name", "{!r} is not a DNS-1035 label: JobSet names "
+                        "the slice's Jobs and pods after it".format(name), "use lower-case "
+                        "letters, digits and '-', starting with a letter (GKE_JOB_NAME=...)")]
+    longest = ""
+    jobs = _mapping(job.get("spec")).get("replicatedJobs")
+    for replicated in (r for r in _list(jobs) if isinstance(r, dict)):
+        spec = _mapping(_mapping(replicated.get("template")).get("spec"))
+        replicas, completions = replicated.get("replicas", 1), spec.get("completions")
+        if not _is_int(replicas) or not isinstance(replicated.get("name"), str):
+            continue
+        pod_index = "-{}".format(completions - 1) if _is_int(completions) else ""
+        generated = "{}-{}-{}{}{}".format(name, replicated["name"], max(replicas - 1, 0),
+                                          pod_index, _POD_SUFFIX if pod_index else "")
+        longest = max(longest, generated, key=len)
+    if len(longest) > MAX_LABEL:
+        return [Finding(ERROR, "metadata.name", "{!r} makes names of {} characters ({}); "
+                        "Kubernetes allows {}".format(name, len(longest), longest, MAX_LABEL),
+                        "use a name of at most {} characters".format(
+                            len(name) - (len(longest) - MAX_LABEL)))]
+    return []
+
+
+def pod_rules(job: Dict[str, Any], job_path: str, pod: Dict[str, Any], pod_path: str,
+              tpu_containers: Sequence[Tuple[int, Dict[str, Any]]]) -> List[Finding]:
+    """Findings for one replicated job's Job spec ``job`` and pod spec ``pod`` (at their
+    paths); ``tpu_containers``: (index, container) of each that asks for ``google.com/tpu``."""
+    findings = _restart_policy(job, job_path, pod, pod_path)
+    if pod.get("hostNetwork") is True and pod.get("dnsPolicy") != "ClusterFirstWithHostNet":
+        findings.append(Finding(ERROR, pod_path + ".dnsPolicy", "is {} with hostNetwork: the "
+                                "pods use the node's DNS, which cannot resolve the hosts in "
+                                "TPU_WORKER_HOSTNAMES (the JobSet's headless service)".format(
+                                    repr(pod["dnsPolicy"]) if "dnsPolicy" in pod
+                                    else "left out"),
+                                "set dnsPolicy: ClusterFirstWithHostNet"))
+    for index, _ in tpu_containers[1:]:
+        findings.append(Finding(ERROR, "{}.containers[{}].resources.limits[google.com/tpu]"
+                                .format(pod_path, index), "a second container asks for TPU "
+                                "chips: the pod needs more chips than a host has and is never "
+                                "scheduled", "give google.com/tpu to the trainer's container "
+                                "only"))
+    return findings
+
+
+def _restart_policy(job: Dict[str, Any], job_path: str, pod: Dict[str, Any], pod_path: str
+                    ) -> List[Finding]:
+    policy = pod.get("restartPolicy")
+    path = pod_path + ".restartPolicy"
+    has_pod_policy = "podFailurePolicy" in job
+    if policy == "Always":
+        return [Finding(ERROR, path, "is 'Always', which Kubernetes refuses for a Job",
+                        "set restartPolicy: Never")]
+    if policy in (None, "OnFailure"):
+        what = "is 'OnFailure'" if policy else "is left out (JobSet makes it OnFailure)"
+        if has_pod_policy:
+            return [Finding(ERROR, path, what + ", which Kubernetes refuses next to a "
+                            "podFailurePolicy", "set restartPolicy: Never")]
+        return [Finding(WARNING, path, what + ": a crashed host's container restarts alone "
+                        "and cannot rejoin the slice's running program", _POLICY_FIX)]
+    if not has_pod_policy:
+        return [Finding(WARNING, job_path + ".podFailurePolicy", "is left out: every failure "
+                        "counts against maxRestarts alike, a bad flag is retried and a "
+                        "preemption uses up a restart", _POLICY_FIX)]
+    return []
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

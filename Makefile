@@ -214,11 +214,12 @@ submit-gke: $(STAMP)
 	@case "$(IMAGE_URI)" in \
 	  *@sha256:*) image="$(IMAGE_URI)" ;; \
 	  *) digest="$$($(GCLOUD) artifacts docker images describe "$(IMAGE_URI)" \
-	       --format='value(image_summary.digest)' 2>/dev/null)" || digest=; \
+	       --format='value(image_summary.digest)')" || digest=; \
 	     case "$$digest" in \
 	       sha256:*) image="$$(echo "$(IMAGE_URI)" | sed -E 's,:[^:/]+$$,,')@$$digest" ;; \
-	       *) echo "error: IMAGE_URI=$(IMAGE_URI): no digest found for this tag in the registry; a tag" \
-	            "can move, and hosts or restarts would run different images" >&2; \
+	       *) echo "error: IMAGE_URI=$(IMAGE_URI): the registry gave no digest for this tag" \
+	            "(gcloud artifacts docker images describe); a tag can move, and the slice's hosts" \
+	            "and restarts could run different images" >&2; \
 	          echo "HINT: make push PROJECT=$(PROJECT) RUNTIME=pjrt first, or give" \
 	            "IMAGE_URI=HOST/PATH@sha256:DIGEST" >&2; exit 1 ;; \
 	     esac ;; \

@@ -35,7 +35,7 @@ from jobspec.container_args import (
 from jobspec.findings import ERROR, Finding
 from jobspec.gke_tpus import as_list as _list
 from jobspec.gke_tpus import as_mapping as _mapping
-from jobspec.jobset_pods import name_rules, pod_rules
+from jobspec.jobset_pods import failure_policy_rules, name_rules, pod_rules
 
 MIN_GRACE_SECONDS = 30
 IMAGENET = "trainer.imagenet"
@@ -44,7 +44,7 @@ IMAGENET = "trainer.imagenet"
 def jobset_rules(job: Dict[str, Any]) -> List[Finding]:
     """Findings of the TPU rules for a JobSet manifest (a mapping)."""
     spec = _mapping(job.get("spec"))
-    findings = name_rules(job) + _restarts(spec) + _network(spec)
+    findings = name_rules(job) + _restarts(spec) + failure_policy_rules(job) + _network(spec)
     jobs = spec.get("replicatedJobs")
     for index, replicated in enumerate(jobs if isinstance(jobs, list) else []):
         if isinstance(replicated, dict):

@@ -16,6 +16,10 @@ JobSet would refuse only at ``kubectl apply`` or that leave a slice that never f
   ``NAME-REPLICATEDJOB-J-P-xxxxx``, each of which must be a DNS-1035 label (lower-case
   letters, digits and '-', starting with a letter, at most 63 characters): its webhook refuses
   the JobSet otherwise.
+- ``failurePolicy.rules`` as JobSet's webhook validates them (a unique name matching its
+  pattern, known Job failure reasons, existing replicated jobs, message patterns that are
+  regular expressions), and each ``podFailurePolicy`` exit-code rule's ``containerName`` a
+  container of the pod (Kubernetes refuses the Job otherwise).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from jobspec.gke_tpus import as_mapping as _mapping
 MAX_LABEL = 63
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _POD_SUFFIX = "-xxxxx"  # the 5 random characters Kubernetes appends to a Job's pod names
+# JobSet v0.12.0's webhook (pkg/webhooks/jobset_webhook.go).
+_RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                       "MaxFailedIndexesExceeded", "PodFailurePolicy")
 _POLICY_FIX = ("copy podFailurePolicy, restartPolicy: Never and failurePolicy.rules from "
                "config/gke-jobset-v5e-16.yaml")
 
@@ -62,11 +70,61 @@ def name_rules(job: Dict[str, Any]) -> List[Finding]:
     return []
 
 
+def failure_policy_rules(job: Dict[str, Any]) -> List[Finding]:
+    """Findings in ``spec.failurePolicy.rules`` that JobSet's webhook would refuse."""
+    spec = _mapping(job.get("spec"))
+    rules = _mapping(spec.get("failurePolicy")).get("rules")
+    jobs = {r.get("name") for r in _list(spec.get("replicatedJobs")) if isinstance(r, dict)}
+    findings, seen = [], set()
+    for index, rule in enumerate(_list(rules)):
+        if not isinstance(rule, dict):
+            continue
+        path = "spec.failurePolicy.rules[{}]".format(index)
+        name = rule.get("name")
+        if isinstance(name, str) and not (_RULE_NAME.fullmatch(name) and len(name) <= 128):
+            findings.append(Finding(ERROR, path + ".name", "{!r} is not a rule name JobSet "
+                                    "takes".format(name), "use letters, digits, '_', ',' and "
+                                    "':', starting with a letter (e.g. RestartOnDisruption)"))
+        elif name in seen:
+            findings.append(Finding(ERROR, path + ".name", "{!r} names an earlier rule "
+                                    "too".format(name), "give each rule its own name"))
+        seen.add(name)
+        for i, reason in enumerate(_list(rule.get("onJobFailureReasons"))):
+            if reason not in JOB_FAILURE_REASONS:
+                findings.append(Finding(ERROR, "{}.onJobFailureReasons[{}]".format(path, i),
+                                        "{!r} is not a Job failure reason".format(reason),
+                                        "use one of " + ", ".join(JOB_FAILURE_REASONS)))
+        for i, target in enumerate(_list(rule.get("targetReplicatedJobs"))):
+            if target not in jobs:
+                findings.append(Finding(ERROR, "{}.targetReplicatedJobs[{}]".format(path, i),
+                                        "{!r} is not a replicated job of this JobSet".format(
+                                            target), "use one of " + ", ".join(
+                                                sorted(str(j) for j in jobs))))
+        for i, pattern in enumerate(_list(rule.get("onJobFailureMessagePatterns"))):
+            try:
+                re.compile(str(pattern))
+            except re.error as error:
+                findings.append(Finding(ERROR, "{}.onJobFailureMessagePatterns[{}]".format(
+                    path, i), "{!r} is not a regular expression ({})".format(pattern, error),
+                    "escape the special characters"))
+    return findings
+
+
 def pod_rules(job: Dict[str, Any], job_path: str, pod: Dict[str, Any], pod_path: str,
               tpu_containers: Sequence[Tuple[int, Dict[str, Any]]]) -> List[Finding]:
     """Findings for one replicated job's Job spec ``job`` and pod spec ``pod`` (at their
     paths); ``tpu_containers``: (index, container) of each that asks for ``google.com/tpu``."""
     findings = _restart_policy(job, job_path, pod, pod_path)
+    names = {c.get("name") for key in ("containers", "initContainers")
+             for c in _list(pod.get(key)) if isinstance(c, dict)}
+    for index, rule in enumerate(_list(_mapping(job.get("podFailurePolicy")).get("rules"))):
+        container = _mapping(_mapping(rule).get("onExitCodes")).get("containerName")
+        if container is not None and container not in names:
+            findings.append(Finding(ERROR, "{}.podFailurePolicy.rules[{}].onExitCodes."
+                                    "containerName".format(job_path, index), "{!r} is not a "
+                                    "container of the pod, which Kubernetes refuses".format(
+                                        container), "name the trainer's container ({})".format(
+                                            ", ".join(sorted(str(n) for n in names)))))
     if pod.get("hostNetwork") is True and pod.get("dnsPolicy") != "ClusterFirstWithHostNet":
         findings.append(Finding(ERROR, pod_path + ".dnsPolicy", "is {} with hostNetwork: the "
                                 "pods use the node's DNS, which cannot resolve the hosts in "

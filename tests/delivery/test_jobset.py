@@ -164,6 +164,24 @@ WHY = [
      "metadata.name"),
     ("pod names over 63 characters", set_path(["metadata", "name"], "a" * 48),
      "metadata.name"),
+    ("a failure rule name JobSet refuses", set_path(["spec", "failurePolicy", "rules", 0,
+                                                     "name"], "restart-on-disruption"),
+     "spec.failurePolicy.rules[0].name"),
+    ("two failure rules of one name", set_path(["spec", "failurePolicy", "rules", 1, "name"],
+                                               "RestartOnDisruption"),
+     "spec.failurePolicy.rules[1].name"),
+    ("an unknown Job failure reason", set_path(["spec", "failurePolicy", "rules", 0,
+                                                "onJobFailureReasons"], ["Preempted"]),
+     "spec.failurePolicy.rules[0].onJobFailureReasons[0]"),
+    ("a failure rule for another replicated job", set_path(
+        ["spec", "failurePolicy", "rules", 0, "targetReplicatedJobs"], ["workers"]),
+     "spec.failurePolicy.rules[0].targetReplicatedJobs[0]"),
+    ("a message pattern that is no regex", set_path(
+        ["spec", "failurePolicy", "rules", 0, "onJobFailureMessagePatterns"], ["index (0$"]),
+     "spec.failurePolicy.rules[0].onJobFailureMessagePatterns[0]"),
+    ("exit codes of a container the pod lacks", set_path(
+        JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "containerName"], "main"),
+     JOB + ".podFailurePolicy.rules[1].onExitCodes.containerName"),
     ("ImageNet flags for MNIST", lambda job: (
         pod(job)["containers"][0].pop("env"),
         pod(job)["containers"][0]["args"].append("--image_size=160")),

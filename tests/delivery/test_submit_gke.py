@@ -99,8 +99,10 @@ def test_a_tag_the_registry_does_not_know_is_refused_with_a_hint(tools):
     result, kubectl, _ = tools("submit-gke", "TAG=never-pushed", "GKE_JOB_NAME=test-no-digest",
                                "JOB_ARGS=--data_dir=gs://b/d --job-dir=gs://b/j")
     assert result.returncode != 0 and kubectl == []
-    error, hint = result.stderr.splitlines()[:2]
-    assert error.startswith("error: IMAGE_URI=" + REPOSITORY + ":never-pushed: no digest")
+    gcloud, error, hint = result.stderr.splitlines()[:3]
+    assert gcloud == "ERROR: not found"  # the registry's answer, shown
+    assert error.startswith("error: IMAGE_URI=" + REPOSITORY + ":never-pushed: the registry "
+                            "gave no digest")
     assert hint.startswith("HINT: make push PROJECT=my-proj RUNTIME=pjrt first")
 
 

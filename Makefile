@@ -247,22 +247,19 @@ submit-gke: $(STAMP)
 GKE_LOG_STREAMS ?= 64
 GKE_JOB = $(if $(filter undefined,$(GKE_JOB_NAME_ORIGIN)),$(shell cat $(GKE_LAST_JOB) 2>/dev/null),$(GKE_JOB_NAME))
 GKE_SELECTOR = -l jobset.sigs.k8s.io/jobset-name=$(GKE_JOB)
-gke_job_required = $(if $(GKE_JOB),,$(error no JobSet: make submit-gke first, or name one: make $@ GKE_JOB_NAME=NAME))
+gke_job_required = $(call require,PROJECT)$(call require,CLUSTER)$(if $(GKE_JOB),,$(error no JobSet: make submit-gke first, or name one: make $@ GKE_JOB_NAME=NAME))
 .PHONY: gke-status gke-logs gke-delete
 gke-status:
-	$(call require,PROJECT)
 	$(call gke_job_required)
 	$(KUBECTL) --context $(GKE_CONTEXT) get jobset $(GKE_JOB)
 	$(KUBECTL) --context $(GKE_CONTEXT) get pods $(GKE_SELECTOR) -o wide
 
 gke-logs:
-	$(call require,PROJECT)
 	$(call gke_job_required)
 	$(KUBECTL) --context $(GKE_CONTEXT) logs -f $(GKE_SELECTOR) --prefix --tail=-1 \
 		--max-log-requests=$(GKE_LOG_STREAMS)
 
 gke-delete:
-	$(call require,PROJECT)
 	$(call gke_job_required)
 	$(KUBECTL) --context $(GKE_CONTEXT) delete jobset $(GKE_JOB)
 

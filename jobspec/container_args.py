@@ -33,6 +33,7 @@ SHM_PATH = "/dev/shm"
 _IMAGENET_DEFAULTS = {"batch_size": 128, "eval_batch_size": 0, "num_workers": -1,
                       "image_size": 224}
 MNIST = "trainer.mnist"
+DEFAULT_TRAINER = "python -m " + MNIST  # the image's LAUNCHER_TRAINER (Dockerfile)
 # The ImageNet trainer's flags that the MNIST trainer does not define (trainer/mnist.py,
 # define_flags: tests/delivery/test_jobset.py compares them with the trainers' own).
 IMAGENET_ONLY_FLAGS = ("image_size", "label_smoothing", "model", "num_workers")
@@ -166,22 +167,29 @@ def _host_cores(pod: Dict[str, Any]) -> int:
 
 
 def trainer_module(container: Dict[str, Any], args: Sequence[str]) -> str:
-    """The trainer module the launcher will run: ``--trainer`` in front of the arguments,
-    else ``LAUNCHER_TRAINER`` in the container's env, else the image's (MNIST)."""
+    """The trainer module the launcher will run (``python -m MODULE``): ``--trainer`` in front
+    of the arguments, else ``LAUNCHER_TRAINER`` in the container's env, else the image's
+    (MNIST); "" for a command of the user's own (after ``--``, or not ``python -m``) or one
+    this cannot read (a ``valueFrom``, an unclosed quote)."""
     command = None
     if args[:1] == ["--trainer"] and len(args) > 1:
         command = args[1]
     elif args and args[0].startswith("--trainer="):
         command = args[0].split("=", 1)[1]
+    after = list(args)[list(args).index("--") + 1:] if "--" in args else []
+    if after and not after[0].startswith("-"):
+        return ""  # -- COMMAND: the user's command replaces the trainer
     for variable in _list(container.get("env")):
         if (command is None and isinstance(variable, dict)
                 and variable.get("name") == "LAUNCHER_TRAINER"):
-            command = str(variable.get("value", ""))
+            if "value" not in variable:
+                return ""
+            command = str(variable["value"])
     try:
-        words = shlex.split(command or "")
+        words = shlex.split(DEFAULT_TRAINER if command is None else command)
     except ValueError:
         return ""
-    return words[2] if words[1:2] == ["-m"] and len(words) > 2 else "trainer.mnist"
+    return words[2] if words[1:2] == ["-m"] and len(words) > 2 else ""
 
 
 def _flag(args: Sequence[str], names: Sequence[str]) -> Optional[str]:

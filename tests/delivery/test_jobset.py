@@ -332,6 +332,22 @@ def test_mnist_on_an_imagenet_data_dir_is_a_warning():
     assert [f for f in warnings_of(ready()) if "MNIST" in f.problem] == []
 
 
+@pytest.mark.parametrize("container", [
+    {"env": [{"name": "LAUNCHER_TRAINER", "value": "python my_train.py"}]},
+    {"env": [{"name": "LAUNCHER_TRAINER", "valueFrom": {"configMapKeyRef": {
+        "name": "job", "key": "trainer"}}}]},
+    {"args": ["--", "python", "my_train.py", "--model=vit"]},
+], ids=["own command", "trainer from a config map", "command after --"])
+def test_the_users_own_command_takes_any_flags(container):
+    """The MNIST rule is about the image's default trainer only."""
+    def change(job):
+        trainer = pod(job)["containers"][0]
+        trainer.update(container)
+        trainer.setdefault("args", list(ARGS))
+        trainer["args"] += ["--image_size=160"]
+    assert [f for f in check_job(broken(change)) if "MNIST" in f.problem] == []
+
+
 def test_the_flags_mnist_lacks_are_the_trainers_own():
     from absl import flags
 

@@ -10,7 +10,8 @@ indexed Job, or, on TPU7x, ``TPU_PROCESS_ADDRESSES`` and ``TPU_PROCESS_PORT`` in
 host names. A pod on the wrong node pool, or a template whose ``parallelism`` is not the
 slice's hosts, gets values that disagree, and the slice would hang while forming; so on such a
 pod the launcher checks that the hosts the bounds give, the host list (or the process
-addresses), the accelerator type's chips and this host's chips agree, and stops with one line
+addresses), the accelerator type's chips and this host's chips (at least the bounds' chips per
+host) agree, and stops with one line
 naming the variables when they do not (exit 78).
 
 Chips in an accelerator type's name: v5e (``v5litepod-N``, ``v5e-N``) and v6e (``v6e-N``)
@@ -69,7 +70,8 @@ class GkeTopology:
         ``TPU_HOST_BOUNDS`` against ``TPU_WORKER_HOSTNAMES`` (``hostnames``; empty: not set)
         or ``TPU_PROCESS_ADDRESSES``, hosts x ``TPU_CHIPS_PER_HOST_BOUNDS`` against the chips
         of ``TPU_ACCELERATOR_TYPE``, and the chips per host against ``local_chips`` (the TPU
-        chips visible here; None: not known, as in a dry run without chips)."""
+        chips visible here, at least as many; None: not known, as in a dry run without
+        chips)."""
         hosts, per_host = self.hosts, self.chips_per_host
         bounds = "TPU_HOST_BOUNDS={}".format(_text(self.host_bounds))
         for listed, variable in ((hostnames, "TPU_WORKER_HOSTNAMES"),
@@ -84,9 +86,11 @@ class GkeTopology:
                               "TPU_CHIPS_PER_HOST_BOUNDS={} make {}".format(
                                   self.accelerator_type, chips, bounds,
                                   _text(self.chips_per_host_bounds), hosts * per_host), _HINT)
-        if per_host is not None and local_chips is not None and local_chips != per_host:
-            raise ConfigError("TPU_CHIPS_PER_HOST_BOUNDS={} gives this host {} chip{}, but {} "
-                              "{} visible here".format(
+        # More chips than that can be visible: /sys shows the whole host's PCI devices to a
+        # pod given some of them (TPU_VISIBLE_CHIPS).
+        if per_host is not None and local_chips is not None and local_chips < per_host:
+            raise ConfigError("TPU_CHIPS_PER_HOST_BOUNDS={} gives this host {} chip{}, but only "
+                              "{} {} visible here".format(
                                   _text(self.chips_per_host_bounds), per_host, _s(per_host),
                                   local_chips, "is" if local_chips == 1 else "are"),
                               "request google.com/tpu: {} (every chip of the host) in the "

@@ -35,6 +35,14 @@ def test_nothing_is_read_without_tpu_skip_mds_query():
     assert GkeTopology.parse({}) is None
 
 
+def test_a_pod_given_one_chip_of_a_host_sees_them_all():
+    """GKE's plugin describes a pod given 1 of a host's 4 chips as a 1-chip slice
+    (TPU_VISIBLE_CHIPS), while /sys shows all 4: not a mismatch."""
+    check({"TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": "v5litepod-1",
+           "TPU_HOST_BOUNDS": "1,1,1", "TPU_CHIPS_PER_HOST_BOUNDS": "1,1,1",
+           "TPU_VISIBLE_CHIPS": "0"}, ("localhost",), 4)
+
+
 def test_the_slice_is_read_from_gkes_variables():
     topology = GkeTopology.parse(V5E_16_HOST_2)
     assert (topology.hosts, topology.chips_per_host) == (4, 4)
@@ -58,8 +66,8 @@ def test_an_accelerator_types_chips(name, chips):
     ({"TPU_ACCELERATOR_TYPE": "v5litepod-32"}, HOSTS.split(","), 4,
      "TPU_ACCELERATOR_TYPE=v5litepod-32 has 32 chips but TPU_HOST_BOUNDS=2,2,1 x "
      "TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 make 16"),
-    ({}, HOSTS.split(","), 8, "TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 gives this host 4 chips, but 8 "
-                              "are visible here"),
+    ({}, HOSTS.split(","), 2, "TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 gives this host 4 chips, but "
+                              "only 2 are visible here"),
     ({"TPU_PROCESS_ADDRESSES": "h0:8471,h1:8471"}, (), 4, "TPU_PROCESS_ADDRESSES lists 2 "
                                                           "hosts but TPU_HOST_BOUNDS=2,2,1"),
     ({"TPU_HOST_BOUNDS": "2,x,1"}, (), None, "TPU_HOST_BOUNDS='2,x,1' is not a list of "
@@ -83,14 +91,14 @@ def test_a_pod_on_the_right_pool_starts_and_says_so(tmp_path, capsys):
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_pod_on_the_wrong_pool_stops_with_one_line(tmp_path, capsys, dry_run):
-    """A v5e-16 JobSet's pod on a pool of 8-chip hosts, or a slice of 2 hosts: exit 78, one
-    line; a dry run without chips still checks what it can."""
+    """A v5e-16 JobSet's pod on a host of 2 chips, or a slice of 2 hosts: exit 78, one line;
+    a dry run without chips still checks what it can."""
     if dry_run:
         environ = dict(V5E_16_HOST_2, TPU_HOST_BOUNDS="1,2,1")
         args = ["--dry-run", "--host-root=" + str(tmp_path)]
     else:
         environ = dict(V5E_16_HOST_2)
-        args = ["--host-root=" + str(make_tpu_sysfs(tmp_path, "0x0063", chips=8))]
+        args = ["--host-root=" + str(make_tpu_sysfs(tmp_path, "0x0063", chips=2))]
     execvpe = RecordingExec()
     assert main(args, environ, execvpe) == EX_CONFIG
     assert execvpe.calls == []

@@ -189,32 +189,79 @@ submit-vertex: check-job
 		--display-name $(JOB_NAME) --config $(RENDERED)
 
 ## submit-gke: a JobSet on one TPU slice of a GKE cluster (docs/gke.md; image profile pjrt):
-## fills the image, JOB_ARGS (they replace the template's args) and GKE_JOB_NAME into
-## GKE_CONFIG, checks it, writes build/GKE_JOB_NAME.yaml and applies it to CLUSTER's kubectl
+## fills the image by digest, JOB_ARGS (they replace the template's args) and GKE_JOB_NAME into
+## GKE_CONFIG, checks it, writes build/GKE_JOB_NAME.yaml and creates it with CLUSTER's kubectl
 ## context (gcloud container clusters get-credentials makes it); without kubectl it prints the
-## manifest and the command.
+## manifest and the command. The digest (IMAGE_URI@sha256:..., or asked of Artifact Registry
+## for a tag) pins every host and every restart to one image: a tag pushed again would run new
+## code beside old in one SPMD program. `create`, not `apply`: an existing name is refused,
+## never patched while it runs.
 GKE_CONFIG ?= config/gke-jobset-v5e-16.yaml
 CLUSTER ?=
 CLUSTER_LOCATION ?= $(REGION)
 KUBECTL ?= kubectl
+GKE_JOB_NAME_ORIGIN := $(origin GKE_JOB_NAME)
 GKE_JOB_NAME ?= pytorch-xla-$(shell date +%Y%m%d-%H%M%S)
 GKE_JOB_NAME := $(GKE_JOB_NAME)
 GKE_CONTEXT ?= gke_$(PROJECT)_$(CLUSTER_LOCATION)_$(CLUSTER)
+# The JobSet make submit-gke created last (gke-status, gke-logs and gke-delete default to it).
+GKE_LAST_JOB := build/gke-last-job
 submit-gke: RUNTIME = pjrt
 submit-gke: $(STAMP)
 	$(call require,PROJECT)
 	$(call require,CLUSTER)
 	mkdir -p build
-	$(PY) -m jobspec check $(GKE_CONFIG) --image $(IMAGE_URI) --base-image $(BASE_IMAGE) \
+	@case "$(IMAGE_URI)" in \
+	  *@sha256:*) image="$(IMAGE_URI)" ;; \
+	  *) digest="$$($(GCLOUD) artifacts docker images describe "$(IMAGE_URI)" \
+	       --format='value(image_summary.digest)')" || digest=; \
+	     case "$$digest" in \
+	       sha256:*) image="$$(echo "$(IMAGE_URI)" | sed -E 's,:[^:/]+$$,,')@$$digest" ;; \
+	       *) echo "error: IMAGE_URI=$(IMAGE_URI): the registry gave no digest for this tag" \
+	            "(gcloud artifacts docker images describe); a tag can move, and the slice's hosts" \
+	            "and restarts could run different images" >&2; \
+	          echo "HINT: make push PROJECT=$(PROJECT) RUNTIME=pjrt first, or give" \
+	            "IMAGE_URI=HOST/PATH@sha256:DIGEST" >&2; exit 1 ;; \
+	     esac ;; \
+	esac; \
+	echo "image: $$image"; \
+	$(PY) -m jobspec check $(GKE_CONFIG) --image "$$image" --base-image $(BASE_IMAGE) \
 		--name $(GKE_JOB_NAME) $${JOB_ARGS:+--container-args="$$JOB_ARGS"} \
 		--write build/$(GKE_JOB_NAME).yaml
 	@if command -v $(KUBECTL) >/dev/null 2>&1; then \
-	  $(KUBECTL) --context $(GKE_CONTEXT) apply -f - < build/$(GKE_JOB_NAME).yaml; \
+	  $(KUBECTL) --context $(GKE_CONTEXT) create -f - < build/$(GKE_JOB_NAME).yaml && \
+	  echo $(GKE_JOB_NAME) > $(GKE_LAST_JOB) && \
+	  echo "submitted $(GKE_JOB_NAME): make gke-status / gke-logs / gke-delete" \
+	    "PROJECT=$(PROJECT) CLUSTER=$(CLUSTER)"; \
 	else \
 	  cat build/$(GKE_JOB_NAME).yaml; \
 	  echo "$(KUBECTL) not found; to submit the manifest above:"; \
-	  echo "  $(KUBECTL) --context $(GKE_CONTEXT) apply -f - < build/$(GKE_JOB_NAME).yaml"; \
+	  echo "  $(KUBECTL) --context $(GKE_CONTEXT) create -f - < build/$(GKE_JOB_NAME).yaml"; \
 	fi
+
+## gke-status / gke-logs / gke-delete: the JobSet GKE_JOB_NAME names (default: the one make
+## submit-gke created last) on CLUSTER: its state and restarts and its pods; every host's log,
+## followed, each line prefixed with its pod (up to GKE_LOG_STREAMS hosts; kubectl's own limit
+## is 5); stop it and delete it with its pods (its checkpoints stay in the job dir: submitting
+## the same JOB_ARGS again resumes).
+GKE_LOG_STREAMS ?= 64
+GKE_JOB = $(if $(filter undefined,$(GKE_JOB_NAME_ORIGIN)),$(shell cat $(GKE_LAST_JOB) 2>/dev/null),$(GKE_JOB_NAME))
+GKE_SELECTOR = -l jobset.sigs.k8s.io/jobset-name=$(GKE_JOB)
+gke_job_required = $(call require,PROJECT)$(call require,CLUSTER)$(if $(GKE_JOB),,$(error no JobSet: make submit-gke first, or name one: make $@ GKE_JOB_NAME=NAME))
+.PHONY: gke-status gke-logs gke-delete
+gke-status:
+	$(call gke_job_required)
+	$(KUBECTL) --context $(GKE_CONTEXT) get jobset $(GKE_JOB)
+	$(KUBECTL) --context $(GKE_CONTEXT) get pods $(GKE_SELECTOR) -o wide
+
+gke-logs:
+	$(call gke_job_required)
+	$(KUBECTL) --context $(GKE_CONTEXT) logs -f $(GKE_SELECTOR) --prefix --tail=-1 \
+		--max-log-requests=$(GKE_LOG_STREAMS)
+
+gke-delete:
+	$(call gke_job_required)
+	$(KUBECTL) --context $(GKE_CONTEXT) delete jobset $(GKE_JOB)
 
 ## local-run: rehearse in the built image (IMAGE_URI) with the entrypoint overridden and the
 ## platform's variables, as the original article did; --dry-run prints what the launcher would

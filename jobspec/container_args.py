@@ -5,6 +5,13 @@ outlive the pods), and, for the ImageNet trainer with data workers, a memory ``e
 (its functions, imported: they load no torch). Kubernetes gives a container 64 MB of
 ``/dev/shm``; a trainer whose plan does not fit stops at start with exit 78. A memory
 ``emptyDir`` counts against the container's memory limit, so a limit, if any, must hold it.
+
+Two more, on what the arguments are for: flags only the ImageNet trainer has, given to the
+MNIST trainer (the image's default when neither ``LAUNCHER_TRAINER`` nor ``--trainer`` names
+one), stop it with exit 64 once the slice is paid for (an error); an ImageNet-looking
+``--data_dir`` for MNIST on a multi-host slice is a warning (a folder name is a guess). On
+Spot or preemptible nodes, which give a pod about 15 s at preemption (whatever its grace
+period), a run without ``--checkpoint_minutes`` can lose an epoch (advice).
 """
 
 from __future__ import annotations
@@ -25,6 +32,16 @@ SHM_PATH = "/dev/shm"
 # /dev/shm: per-device batches, data workers (-1: one per host core but one), image size.
 _IMAGENET_DEFAULTS = {"batch_size": 128, "eval_batch_size": 0, "num_workers": -1,
                       "image_size": 224}
+MNIST = "trainer.mnist"
+DEFAULT_TRAINER = "python -m " + MNIST  # the image's LAUNCHER_TRAINER (Dockerfile)
+# The ImageNet trainer's flags that the MNIST trainer does not define (trainer/mnist.py,
+# define_flags: tests/delivery/test_jobset.py compares them with the trainers' own).
+IMAGENET_ONLY_FLAGS = ("image_size", "label_smoothing", "model", "num_workers")
+_IMAGENET_DATA = ("imagenet", "shard")
+# Node labels of preemptible capacity: a pod gets about 15 s after the 30 s notice.
+SPOT_LABELS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")
+_IMAGENET_TRAINER_FIX = ("add env LAUNCHER_TRAINER: python -m trainer.imagenet to the container "
+                         "(or --trainer='python -m trainer.imagenet' first in args)")
 
 
 def job_dir_rule(args: Sequence[str], path: str) -> List[Finding]:
@@ -103,6 +120,45 @@ def shared_memory_rule(args: Sequence[str], container: Dict[str, Any], path: str
     return findings
 
 
+def trainer_rule(trainer: str, args: Sequence[str], path: str,
+                 shape: Optional[gke_tpus.SliceShape]) -> List[Finding]:
+    """Findings (at ``path``, the container's ``args``) for arguments meant for the ImageNet
+    trainer while ``trainer`` (``trainer_module``) is MNIST."""
+    if trainer != MNIST:
+        return []
+    given = [name for name in IMAGENET_ONLY_FLAGS if _flag(args, (name,)) is not None
+             or any(arg in ("--no" + name, "--" + name) for arg in args)]
+    if given:
+        return [Finding(ERROR, path, "--{} is a flag of the ImageNet trainer, but the "
+                        "container runs MNIST (no LAUNCHER_TRAINER or --trainer), which stops "
+                        "with exit 64".format(given[0]), _IMAGENET_TRAINER_FIX)]
+    data_dir = _flag(args, ("data_dir", "data-dir")) or ""
+    if shape is not None and shape.hosts > 1 and any(
+            word in data_dir.lower() for word in _IMAGENET_DATA):
+        return [Finding(WARNING, path, "--data_dir={} looks like ImageNet shards, but the "
+                        "container runs the MNIST trainer (no LAUNCHER_TRAINER or --trainer), "
+                        "which stops with exit 65 on them".format(data_dir),
+                        _IMAGENET_TRAINER_FIX)]
+    return []
+
+
+def spot_checkpoint_rule(args: Sequence[str], path: str, pod: Dict[str, Any], pod_path: str
+                         ) -> List[Finding]:
+    """Advice (at ``path``, the container's ``args``) for a pod on Spot or preemptible nodes
+    without ``--checkpoint_minutes``."""
+    selector = _mapping(pod.get("nodeSelector"))
+    spot = next((label for label in SPOT_LABELS if str(selector.get(label)).lower() == "true"),
+                None)
+    minutes = _flag(args, ("checkpoint_minutes", "checkpoint-minutes"))
+    if spot is None or (minutes is not None and minutes.strip() not in ("0", "")):
+        return []
+    return [Finding(WARNING, path, "no --checkpoint_minutes on {} nodes ({}.nodeSelector): a "
+                    "preemption gives the pods about 15 s, often too little for the checkpoint "
+                    "at SIGTERM, so a restart can lose the epoch".format(
+                        "Spot" if spot == SPOT_LABELS[0] else "preemptible", pod_path),
+                    "add --checkpoint_minutes=30 (a preemption then loses at most 30 minutes)")]
+
+
 def _host_cores(pod: Dict[str, Any]) -> int:
     """vCPUs of one host of the pod's slice (what ``--num_workers=-1`` counts)."""
     accelerator = _mapping(pod.get("nodeSelector")).get(gke_tpus.ACCELERATOR_LABEL)
@@ -111,22 +167,29 @@ def _host_cores(pod: Dict[str, Any]) -> int:
 
 
 def trainer_module(container: Dict[str, Any], args: Sequence[str]) -> str:
-    """The trainer module the launcher will run: ``--trainer`` in front of the arguments,
-    else ``LAUNCHER_TRAINER`` in the container's env, else the image's (MNIST)."""
+    """The trainer module the launcher will run (``python -m MODULE``): ``--trainer`` in front
+    of the arguments, else ``LAUNCHER_TRAINER`` in the container's env, else the image's
+    (MNIST); "" for a command of the user's own (after ``--``, or not ``python -m``) or one
+    this cannot read (a ``valueFrom``, an unclosed quote)."""
     command = None
     if args[:1] == ["--trainer"] and len(args) > 1:
         command = args[1]
     elif args and args[0].startswith("--trainer="):
         command = args[0].split("=", 1)[1]
+    after = list(args)[list(args).index("--") + 1:] if "--" in args else []
+    if after and not after[0].startswith("-"):
+        return ""  # -- COMMAND: the user's command replaces the trainer
     for variable in _list(container.get("env")):
         if (command is None and isinstance(variable, dict)
                 and variable.get("name") == "LAUNCHER_TRAINER"):
-            command = str(variable.get("value", ""))
+            if "value" not in variable:
+                return ""
+            command = str(variable["value"])
     try:
-        words = shlex.split(command or "")
+        words = shlex.split(DEFAULT_TRAINER if command is None else command)
     except ValueError:
         return ""
-    return words[2] if words[1:2] == ["-m"] and len(words) > 2 else "trainer.mnist"
+    return words[2] if words[1:2] == ["-m"] and len(words) > 2 else ""
 
 
 def _flag(args: Sequence[str], names: Sequence[str]) -> Optional[str]:

@@ -13,7 +13,9 @@ the schema (``jobspec.k8s_schema``); the reasons are in docs/gke.md. Per replica
 - ``terminationGracePeriodSeconds`` at least 30 (the checkpoint at SIGTERM must fit);
 - ``failurePolicy.maxRestarts`` at least 1, and a ``gs://`` job dir, the same for every pod and
   restart (``jobspec.container_args``): preemption restarts the pods, which resume from its
-  newest checkpoint.
+  newest checkpoint;
+- how the pods fail, restart and are named (``jobspec.jobset_pods``), and which trainer the
+  arguments are for (``jobspec.container_args``).
 
 Values of the wrong type are the schema's findings; the rules read around them.
 """
@@ -23,10 +25,17 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec import gke_tpus
-from jobspec.container_args import job_dir_rule, shared_memory_rule, trainer_module
+from jobspec.container_args import (
+    job_dir_rule,
+    shared_memory_rule,
+    spot_checkpoint_rule,
+    trainer_module,
+    trainer_rule,
+)
 from jobspec.findings import ERROR, Finding
 from jobspec.gke_tpus import as_list as _list
 from jobspec.gke_tpus import as_mapping as _mapping
+from jobspec.jobset_pods import failure_policy_rules, name_rules, pod_rules
 
 MIN_GRACE_SECONDS = 30
 IMAGENET = "trainer.imagenet"
@@ -35,7 +44,7 @@ IMAGENET = "trainer.imagenet"
 def jobset_rules(job: Dict[str, Any]) -> List[Finding]:
     """Findings of the TPU rules for a JobSet manifest (a mapping)."""
     spec = _mapping(job.get("spec"))
-    findings = _restarts(spec) + _network(spec)
+    findings = name_rules(job) + _restarts(spec) + failure_policy_rules(job) + _network(spec)
     jobs = spec.get("replicatedJobs")
     for index, replicated in enumerate(jobs if isinstance(jobs, list) else []):
         if isinstance(replicated, dict):
@@ -107,7 +116,8 @@ def _replicated_job(replicated: Dict[str, Any], path: str) -> List[Finding]:
                                 "TPU_WORKER_ID", "add resources.limits: {{google.com/tpu: {}}} "
                                 "to the trainer's container".format(
                                     shape.chips_per_host if shape else 4)))
-    for index, container in tpu:
+    findings += pod_rules(job, job_path, pod, pod_path, tpu)
+    for index, container in tpu[:1]:
         findings += _container(container, "{}.containers[{}]".format(pod_path, index), pod,
                                pod_path, shape)
     grace = pod.get("terminationGracePeriodSeconds")
@@ -186,8 +196,11 @@ def _container(container: Dict[str, Any], path: str, pod: Dict[str, Any], pod_pa
                                    "job's arguments in args")]
     args = container.get("args")
     args = [str(arg) for arg in args] if isinstance(args, list) else []
-    findings += job_dir_rule(args, path + ".args")
-    if trainer_module(container, args) == IMAGENET and shape is not None:
+    findings += job_dir_rule(args, path + ".args") + spot_checkpoint_rule(args, path + ".args",
+                                                                         pod, pod_path)
+    trainer = trainer_module(container, args)
+    findings += trainer_rule(trainer, args, path + ".args", shape)
+    if trainer == IMAGENET and shape is not None:
         findings += shared_memory_rule(args, container, path, pod, pod_path, shape)
     return findings
 

@@ -15,8 +15,11 @@ Stale topology: torch_xla sets ``TPU_PROCESS_ADDRESSES``, ``TPU_VISIBLE_CHIPS``,
 ``TPU_PROCESS_BOUNDS``... for processes it starts one per chip, and keeps values it finds. Left
 over in an image or a shell, they make the runtime expect other processes ("Expected 4 worker
 addresses, got 1"). The trainer runs one process per host, so the launcher unsets them; the
-chip and bounds variables stay when ``TPU_SKIP_MDS_QUERY`` says the user describes the
-topology by hand.
+chip and bounds variables stay when ``TPU_SKIP_MDS_QUERY`` says the environment describes the
+topology (GKE's device plugin, or a user by hand). ``TPU_PROCESS_ADDRESSES`` and
+``TPU_PROCESS_PORT`` stay too where GKE set them: on TPU7x it gives the slice's hosts that way
+instead of ``TPU_WORKER_HOSTNAMES`` (so: ``TPU_SKIP_MDS_QUERY`` and ``TPU_HOST_BOUNDS`` set, no
+host names), and ``launcher.gke_topology`` checks the addresses against ``TPU_HOST_BOUNDS``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from launcher.errors import ConfigError
+from launcher.gke_topology import HAND_TOPOLOGY
 from launcher.platforms.base import EXPLICIT, LOCAL, TPU_VM, Platform
 from launcher.runtime import PJRT, XlaRuntime
 
@@ -32,16 +36,24 @@ from launcher.runtime import PJRT, XlaRuntime
 PER_PROCESS_VARIABLES = ("TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT")
 # Also set by torch_xla per process, but a user describing the topology by hand sets them too.
 TOPOLOGY_VARIABLES = ("TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS", "TPU_CHIPS_PER_PROCESS_BOUNDS")
-HAND_TOPOLOGY = "TPU_SKIP_MDS_QUERY"
 DEVICES_PER_CHIP = {"TPU v2/v3": 2}  # two TensorCores, each its own device; later chips: one
 
 
 def stale_topology(environ: Mapping[str, str]) -> Tuple[str, ...]:
     """The topology variables in ``environ`` to unset for the trainer."""
-    names = PER_PROCESS_VARIABLES
-    if not environ.get(HAND_TOPOLOGY):
+    described = bool(environ.get(HAND_TOPOLOGY))  # any value, as torch_xla reads it
+    names = () if described and gke_process_addresses(environ) else PER_PROCESS_VARIABLES
+    if not described:
         names += TOPOLOGY_VARIABLES
     return tuple(name for name in names if name in environ)
+
+
+def gke_process_addresses(environ: Mapping[str, str]) -> bool:
+    """Whether GKE gave the slice's hosts as ``TPU_PROCESS_ADDRESSES`` (TPU7x): with
+    ``TPU_HOST_BOUNDS``, which they are checked against, and no ``TPU_WORKER_HOSTNAMES``."""
+    return all(environ.get(name, "").strip() for name in ("TPU_PROCESS_ADDRESSES",
+                                                            "TPU_HOST_BOUNDS")) \
+        and not environ.get("TPU_WORKER_HOSTNAMES", "").strip()
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ Inputs (all optional; an empty value counts as unset):
                  in worker order), which GKE injects into each pod of a multi-host slice,
                  also say which host of the slice this is (``SliceHost``); torch_xla reads
                  them itself, as set.
+``TPU_SKIP_MDS_QUERY``, ``TPU_HOST_BOUNDS``, ``TPU_CHIPS_PER_HOST_BOUNDS``,
+``TPU_PROCESS_ADDRESSES``
+                 what GKE's TPU device plugin says about the slice (``GkeTopology``), checked
+                 for agreement on a TPU VM.
 
 Nothing below this module reads ``os.environ``: ``JobEnvironment.from_environ`` takes a
 mapping, so tests pass plain dicts.
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from launcher.errors import ConfigError
+from launcher.gke_topology import GkeTopology
 
 # Variables that configure torch_xla's runtime directly; a user who sets one has chosen.
 RUNTIME_VARIABLES = ("XRT_TPU_CONFIG", "TPU_IP_ADDRESS", "PJRT_DEVICE", "XRT_WORKERS",
@@ -161,6 +166,7 @@ class JobEnvironment:
     runtime_settings: Tuple[Tuple[str, str], ...] = ()
     tpu_vm_hints: Tuple[Tuple[str, str], ...] = ()
     slice_host: Optional[SliceHost] = None
+    gke_topology: Optional[GkeTopology] = None
 
     def setting(self, name: str) -> Optional[str]:
         """The user's value of runtime variable ``name``, or None when unset."""
@@ -196,6 +202,7 @@ class JobEnvironment:
             tpu_vm_hints=tuple((name, environ[name].strip()) for name in TPU_VM_HINT_VARIABLES
                                if get(name)),
             slice_host=SliceHost.parse(get("TPU_WORKER_ID"), get("TPU_WORKER_HOSTNAMES")),
+            gke_topology=GkeTopology.parse(environ),
         )
 
 

@@ -69,8 +69,11 @@ class Topology:
 
     def host_part(self) -> Tuple[int, int]:
         """(part, parts): this host loads part ``part`` of every global batch cut into
-        ``parts`` equal consecutive pieces (the runtime numbers each host's devices
-        consecutively, so its piece lands on its own devices)."""
+        ``parts`` equal consecutive pieces, which torch_xla places on this host's own devices.
+        Those need not be consecutive device ids (host 0 of a v6e 4x4 slice owns ids 0, 1, 4
+        and 5), so a piece's examples may take other rows of the global batch than its part
+        number says: a reordering of the step's examples, which leaves its mean loss and
+        gradient as they are."""
         return self.process_index, self.process_count
 
     def describe(self) -> str:

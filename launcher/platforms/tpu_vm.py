@@ -12,7 +12,9 @@ visible, detection fails loudly instead of letting the job fall back to the CPU;
 slice's environment can be rehearsed on a machine without TPUs (docs/gke.md).
 
 On a multi-host slice (GKE's ``TPU_WORKER_ID`` and ``TPU_WORKER_HOSTNAMES``) the summary says
-which host this is and how many the slice has.
+which host this is and how many the slice has. On a GKE TPU pod (``TPU_SKIP_MDS_QUERY``) the
+slice's bounds, host list, accelerator type and this host's chips must agree
+(``launcher.gke_topology``), in a dry run too (without chips, less the chips).
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def detect(job_env: JobEnvironment, root: str) -> Optional[Platform]:
     others = _not_tpus(google_ids)
     hints = _tpu_hints(job_env)
     slice_facts = (("slice", job_env.slice_host.describe()),) if job_env.slice_host else ()
+    topology = job_env.gke_topology
+    if topology is not None:
+        topology.check(job_env.slice_host.hostnames if job_env.slice_host else (),
+                       _chip_count(chips))
+        slice_facts += (("GKE slice", topology.describe()),)
     if not chips:
         if hints:
             missing = NoTpuChipsError(
@@ -104,6 +111,13 @@ def _not_tpus(google_ids: List[str]) -> Tuple[str, ...]:
                                      OTHER_GOOGLE_DEVICES.get(device_id, "unknown, not a TPU "
                                                               "torch_xla knows"))
                  for device_id in google_ids if device_id not in TPU_PCI_DEVICES)
+
+
+def _chip_count(chips: Tuple[str, ...]) -> Optional[int]:
+    """The local chips, when they are known as chips (PCI ids), else None."""
+    if chips and all(chip.startswith("TPU ") for chip in chips):
+        return len(chips)
+    return None
 
 
 def _google_device_ids(root: str) -> List[str]:

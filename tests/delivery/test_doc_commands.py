@@ -6,7 +6,8 @@ Each block runs in one ``bash`` from the checkout, as a reader pastes it, comman
 any command that fails (``a && b`` included, which ``set -e`` would let pass) or an unset
 variable fails the block. The environment is clean, with these on ``PATH``:
 
-- ``docker``, ``gcloud``, ``gsutil``, ``kubectl``: recorders that log their argv and succeed.
+- ``docker``, ``gcloud``, ``gsutil``, ``kubectl``, ``xpk``: recorders that log their argv and
+  succeed.
   What they would do needs an engine, a Google account or a cluster; the container tier runs
   the real engine (``tests/images``), and ``test_makefile`` checks the argv make gives them.
 - ``make``: the real make, never remaking ``.venv``, given only variables the Makefile names
@@ -45,7 +46,7 @@ NOT_HERE = {
 }
 # Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
-                   "submit-vertex", "local-run", "sbom")
+                   "submit-vertex", "local-run", "sbom", "gke-status", "gke-logs", "gke-delete")
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
 MAKE_WRAPPER = """#!/bin/sh
 # The real make, with variables the Makefile names; targets other than {shimmed} only as a
@@ -79,7 +80,7 @@ def shell(tmp_path_factory):
     bin_dir, log = root / "bin", root / "calls.log"
     bin_dir.mkdir()
     scripts = {name: RECORDER.format(log=log) for name in ("docker", "gcloud", "gsutil",
-                                                           "kubectl")}
+                                                           "kubectl", "xpk")}
     scripts["make"] = MAKE_WRAPPER.format(shimmed=", ".join(SHIMMED_TARGETS),
                                           pattern="|".join(SHIMMED_TARGETS),
                                           make=shutil.which("make"))
@@ -205,3 +206,44 @@ def test_a_block_splits_into_the_commands_a_shell_runs():
                             capture_output=True, text=True)
     assert (result.returncode, result.stdout) == (1, "")
     assert "command 2 of the block failed (1)" in result.stderr
+
+
+# xpk runs a workload's --command with ``bash -c`` in the image (PYTHONPATH=/app there; the
+# checkout here), replacing its entrypoint; this python runs the launcher as a dry run.
+XPK = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in --command) exec bash -c "$2" ;; esac
+  shift
+done
+exit 2
+"""
+PYTHON_LAUNCHER_DRY_RUN = """#!/bin/sh
+if [ "$1 $2" = "-m launcher" ]; then shift 2; exec {python} -m launcher --dry-run "$@"; fi
+exec {python} "$@"
+"""
+
+
+def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_path):
+    """docs/gke.md's xpk block, with an xpk that runs --command the way xpk's pods do, on a
+    GKE pod of host 1 of 4: the launcher starts (it says which host), and execs the ImageNet
+    trainer with the arguments after its own options."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {"xpk": XPK, "gcloud": "#!/bin/sh\necho sha256:0123\n",
+               "python": PYTHON_LAUNCHER_DRY_RUN.format(python=REPO / ".venv" / "bin" /
+                                                        "python")}
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    block = block_containing("xpk workload create", page="docs/gke.md")
+    env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], PYTHONPATH=str(REPO),
+                        TPU_WORKER_ID="1", TPU_WORKER_HOSTNAMES="h0,h1,h2,h3")
+    result = subprocess.run(["bash", "-c", checked(block.text)], cwd=str(tmp_path), env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "launcher: slice: host 2 of 4" in result.stderr
+    trainer = [line for line in result.stdout.splitlines() if line.startswith("# trainer:")]
+    assert len(trainer) == 1 and trainer[0].endswith(
+        "-m trainer.imagenet --data_dir=gs://my-bucket/imagenet-shards "
+        "--job-dir=gs://my-bucket/jobs/xpk-1"), result.stdout
+    assert "exec python -m launcher" in block.text  # PID 1: the preemption's SIGTERM arrives

@@ -1,9 +1,11 @@
-"""jobspec.jobset: the GKE templates pass; each point of issue 33's "Why" written as a broken
-manifest is refused with one error naming its field; the /dev/shm rule follows
-``trainer.data.plan`` to the byte; the jobset project's own TPU example is flagged only where
-it differs on purpose."""
+"""jobspec.jobset: the GKE templates pass; each point of issues 33's and 41's "Why" written as
+a broken manifest is refused with one error naming its field; the templates' failure policies
+end the JobSet at a usage or configuration error and restart it, uncounted, at a preemption;
+the /dev/shm rule follows ``trainer.data.plan`` to the byte; the jobset project's own TPU
+example is flagged only where it differs on purpose."""
 
 import copy
+import re
 import subprocess
 import sys
 
@@ -14,7 +16,8 @@ from shard_sets import split_shards
 
 from conftest import REPO
 from jobspec.check import check_job, check_pairing, set_container_args, set_image
-from jobspec.findings import ERROR
+from jobspec.container_args import IMAGENET_ONLY_FLAGS, SPOT_LABELS
+from jobspec.findings import ERROR, WARNING
 from jobspec.images import PJRT_BASE, XRT_BASE
 from trainer.data import plan
 from trainer.data.shard_index import INDEX_NAME, ShardIndex
@@ -143,6 +146,46 @@ WHY = [
     ("the xrt image", set_path(CONTAINER_KEYS + ["image"], "gcr.io/p/trainer:xrt"),
      CONTAINER + ".image"),
     ("two slices", set_path(RJ + ["replicas"], 2), "spec.replicatedJobs[0].replicas"),
+    # Issue 41: what the API server or JobSet's webhook refuses, or a slice that never forms.
+    ("restartPolicy Always", set_path(POD_KEYS + ["restartPolicy"], "Always"),
+     POD + ".restartPolicy"),
+    ("restartPolicy OnFailure", set_path(POD_KEYS + ["restartPolicy"], "OnFailure"),
+     POD + ".restartPolicy"),
+    ("restartPolicy left to JobSet", remove(POD_KEYS + ["restartPolicy"]),
+     POD + ".restartPolicy"),
+    ("hostNetwork without its DNS policy", set_path(POD_KEYS + ["hostNetwork"], True),
+     POD + ".dnsPolicy"),
+    ("a second container asking for chips", lambda job: pod(job)["containers"].append(
+        {"name": "sidecar", "image": "busybox", "resources": {"limits": {"google.com/tpu": 4}}}),
+     POD + ".containers[1].resources.limits[google.com/tpu]"),
+    ("a name that is no DNS label", set_path(["metadata", "name"], "ImageNet_run"),
+     "metadata.name"),
+    ("a name that starts with a digit", set_path(["metadata", "name"], "1st-run"),
+     "metadata.name"),
+    ("pod names over 63 characters", set_path(["metadata", "name"], "a" * 48),
+     "metadata.name"),
+    ("a failure rule name JobSet refuses", set_path(["spec", "failurePolicy", "rules", 0,
+                                                     "name"], "restart-on-disruption"),
+     "spec.failurePolicy.rules[0].name"),
+    ("two failure rules of one name", set_path(["spec", "failurePolicy", "rules", 1, "name"],
+                                               "RestartOnDisruption"),
+     "spec.failurePolicy.rules[1].name"),
+    ("an unknown Job failure reason", set_path(["spec", "failurePolicy", "rules", 0,
+                                                "onJobFailureReasons"], ["Preempted"]),
+     "spec.failurePolicy.rules[0].onJobFailureReasons[0]"),
+    ("a failure rule for another replicated job", set_path(
+        ["spec", "failurePolicy", "rules", 0, "targetReplicatedJobs"], ["workers"]),
+     "spec.failurePolicy.rules[0].targetReplicatedJobs[0]"),
+    ("a message pattern that is no regex", set_path(
+        ["spec", "failurePolicy", "rules", 0, "onJobFailureMessagePatterns"], ["index (0$"]),
+     "spec.failurePolicy.rules[0].onJobFailureMessagePatterns[0]"),
+    ("exit codes of a container the pod lacks", set_path(
+        JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "containerName"], "main"),
+     JOB + ".podFailurePolicy.rules[1].onExitCodes.containerName"),
+    ("ImageNet flags for MNIST", lambda job: (
+        pod(job)["containers"][0].pop("env"),
+        pod(job)["containers"][0]["args"].append("--image_size=160")),
+     CONTAINER + ".args"),
 ]
 
 
@@ -249,3 +292,179 @@ def test_every_slice_size_up_to_64_hosts_passes_and_a_host_short_is_refused(temp
     assert errors(resized(ready(template), hosts)) == []
     short = errors(resized(ready(template), hosts - 1))
     assert [finding.path for finding in short] == [JOB + ".parallelism"], [str(f) for f in short]
+
+
+def warnings_of(job):
+    return [finding for finding in check_job(job) if finding.level == WARNING]
+
+
+def test_the_longest_name_the_webhook_takes_passes():
+    """NAME-slice-0-3-xxxxx: 47 characters of name make pod names of 63."""
+    assert errors(broken(set_path(["metadata", "name"], "a" * 47))) == []
+    found = errors(broken(set_path(["metadata", "name"], "a" * 48)))
+    assert "64 characters" in found[0].problem and "at most 47" in found[0].fix
+
+
+def test_host_network_with_its_dns_policy_passes():
+    job = broken(set_path(POD_KEYS + ["hostNetwork"], True))
+    pod(job)["dnsPolicy"] = "ClusterFirstWithHostNet"
+    assert errors(job) == []
+
+
+def test_without_a_pod_failure_policy_restart_policy_is_advice():
+    """Without a podFailurePolicy, OnFailure is allowed (a warning); Never without one is
+    advised to add it."""
+    job = broken(remove(JOB_KEYS + ["podFailurePolicy"]))
+    assert errors(job) == []
+    assert [f.path for f in warnings_of(job) if "podFailurePolicy" in f.path] == [
+        JOB + ".podFailurePolicy"]
+    pod(job)["restartPolicy"] = "OnFailure"
+    assert errors(job) == []
+    assert POD + ".restartPolicy" in [f.path for f in warnings_of(job)]
+
+
+def test_mnist_on_an_imagenet_data_dir_is_a_warning():
+    """Without LAUNCHER_TRAINER the image runs MNIST: on gs://.../imagenet only a warning (a
+    folder's name is a guess), with no ImageNet flag among the args."""
+    job = broken(lambda job: pod(job)["containers"][0].pop("env"))
+    assert errors(job) == []
+    assert [f.path for f in warnings_of(job) if "MNIST" in f.problem] == [CONTAINER + ".args"]
+    assert [f for f in warnings_of(ready()) if "MNIST" in f.problem] == []
+
+
+@pytest.mark.parametrize("container", [
+    {"env": [{"name": "LAUNCHER_TRAINER", "value": "python my_train.py"}]},
+    {"env": [{"name": "LAUNCHER_TRAINER", "valueFrom": {"configMapKeyRef": {
+        "name": "job", "key": "trainer"}}}]},
+    {"args": ["--", "python", "my_train.py", "--model=vit"]},
+], ids=["own command", "trainer from a config map", "command after --"])
+def test_the_users_own_command_takes_any_flags(container):
+    """The MNIST rule is about the image's default trainer only."""
+    def change(job):
+        trainer = pod(job)["containers"][0]
+        trainer.update(container)
+        trainer.setdefault("args", list(ARGS))
+        trainer["args"] += ["--image_size=160"]
+    assert [f for f in check_job(broken(change)) if "MNIST" in f.problem] == []
+
+
+def test_the_flags_mnist_lacks_are_the_trainers_own():
+    from absl import flags
+
+    import trainer.imagenet
+    import trainer.mnist
+
+    def defined(module):
+        values = flags.FlagValues()
+        module.define_flags(values)
+        return set(values)
+
+    assert sorted(defined(trainer.imagenet) - defined(trainer.mnist)) == sorted(
+        IMAGENET_ONLY_FLAGS)
+
+
+@pytest.mark.parametrize("label", SPOT_LABELS)
+def test_spot_nodes_without_checkpoint_minutes_get_advice(label):
+    job = broken(set_path(POD_KEYS + ["nodeSelector", label], "true"))
+    assert errors(job) == []
+    advice = [f for f in warnings_of(job) if "checkpoint_minutes" in f.problem]
+    assert [f.path for f in advice] == [CONTAINER + ".args"] and "15 s" in advice[0].problem
+    pod(job)["containers"][0]["args"].append("--checkpoint_minutes=30")
+    assert [f for f in warnings_of(job) if "checkpoint_minutes" in f.problem] == []
+
+
+# What Kubernetes' Job controller writes into a Job's failure condition when a
+# podFailurePolicy rule with action FailJob matches (pkg/controller/job/pod_failure_policy.go).
+EXIT_MESSAGE = ("Container trainer for pod default/run-slice-0-2-x7k2m failed with exit code "
+                "{} matching FailJob rule at index {}")
+CONDITION_MESSAGE = ("Pod default/run-slice-0-2-x7k2m has condition DisruptionTarget matching "
+                     "FailJob rule at index {}")
+
+
+def jobset_action(job, reason, message):
+    """JobSet's choice for a failed Job: the first rule whose reasons and message patterns
+    match (an empty list matches anything), else RestartJobSet (counted in maxRestarts)."""
+    for rule in job["spec"]["failurePolicy"].get("rules", []):
+        reasons = rule.get("onJobFailureReasons") or [reason]
+        patterns = rule.get("onJobFailureMessagePatterns") or [""]
+        if reason in reasons and any(re.search(p, message) for p in patterns):
+            return rule["action"]
+    return "RestartJobSet"
+
+
+def pod_policy_index(job, exit_code=None, condition=None):
+    """Kubernetes' choice: the index of the first podFailurePolicy rule a failed pod
+    matches, or None (counted against backoffLimit: the Job fails BackoffLimitExceeded)."""
+    rules = job["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"]
+    for index, rule in enumerate(rules):
+        codes = rule.get("onExitCodes")
+        if codes and exit_code is not None and exit_code != 0 and (
+                (exit_code in codes["values"]) == (codes["operator"] == "In")):
+            return index
+        if condition in [c["type"] for c in rule.get("onPodConditions", [])
+                         if c.get("status", "True") == "True"]:
+            return index
+    return None
+
+
+def fate(job, exit_code=None, condition=None):
+    index = pod_policy_index(job, exit_code, condition)
+    if index is None:
+        return jobset_action(job, "BackoffLimitExceeded", "Job has reached the specified "
+                             "backoff limit")
+    message = (CONDITION_MESSAGE.format(index) if condition else
+               EXIT_MESSAGE.format(exit_code, index))
+    return jobset_action(job, "PodFailurePolicy", message)
+
+
+# The exit codes that mean "the same again fails the same way" (docs/launcher.md and
+# docs/trainers.md, "Exit codes"): usage, data, no permission, configuration, a trainer
+# command that cannot run or is not there.
+PERMANENT = [64, 65, 77, 78, 126, 127]
+# Worth a restart: a lost data worker (70), storage down past its retries (74), the TPU
+# unavailable (69), SIGTERM after the checkpoint (143), a kill (137), anything else (1).
+TRANSIENT = [1, 69, 70, 74, 137, 143]
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+def test_usage_and_configuration_errors_end_the_jobset_at_once(template):
+    job = ready(template)
+    assert {code: fate(job, exit_code=code) for code in PERMANENT} == {
+        code: "FailJobSet" for code in PERMANENT}
+    assert {code: fate(job, exit_code=code) for code in TRANSIENT} == {
+        code: "RestartJobSet" for code in TRANSIENT}
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+def test_a_preemption_restarts_without_using_a_restart(template):
+    """The pod of a preempted or drained node has condition DisruptionTarget, whatever its
+    trainer's exit code (143 after the checkpoint, 137 when killed, or one of the permanent
+    ones while it was starting)."""
+    job = ready(template)
+    for code in [None, 143, 137, 78]:
+        assert fate(job, exit_code=code, condition="DisruptionTarget") == \
+            "RestartJobSetAndIgnoreMaxRestarts"
+
+
+def test_the_permanent_exit_codes_are_the_documented_ones():
+    """Each listed code is in the launcher's or the trainers' exit code table; the templates
+    list exactly these, for the container they name."""
+    tables = (REPO / "docs" / "launcher.md").read_text() + (REPO / "docs" /
+                                                           "trainers.md").read_text()
+    for code in PERMANENT:
+        assert re.search(r"^\| (\d+ / )?{}\b".format(code), tables, re.M), code
+    for template in TEMPLATES:
+        job = ready(template)
+        rule = job["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"][
+            "rules"][1]["onExitCodes"]
+        assert rule["values"] == PERMANENT and rule["operator"] == "In"
+        assert rule["containerName"] == pod(job)["containers"][0]["name"]
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+def test_the_templates_tolerate_the_tpu_taint_and_are_deleted_a_day_after(template):
+    job = ready(template)
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        pod(job)["tolerations"]
+    assert job["spec"]["ttlSecondsAfterFinished"] == 86400
+    assert pod(job)["restartPolicy"] == "Never"

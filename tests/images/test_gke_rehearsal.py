@@ -1,25 +1,23 @@
-"""A GKE slice rehearsed in the pjrt image (issue 33): a pod of host 2 of a 4-host slice gets
-``TPU_WORKER_ID=2`` and ``TPU_WORKER_HOSTNAMES`` (and the template's ``LAUNCHER_TRAINER``); no
-TPU chip is here. The launcher's dry run says which host it is, how many hosts the slice has
-and what it would export; the ImageNet trainer's data plan for that host (the place the dry
+"""A GKE slice rehearsed in the pjrt image (issues 33, 41): a pod of host 2 of a 4-host v5e
+slice gets every variable GKE injects (tests/gke_pods.py: ``TPU_SKIP_MDS_QUERY``, the
+accelerator type, the host and chip bounds, ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``, ...)
+and the template's ``LAUNCHER_TRAINER``; no TPU chip is here. The launcher's dry run checks
+that the variables agree, says which host it is, how many hosts the slice has and what it
+would export; the ImageNet trainer's data plan for that host (the place the dry
 run reported, as torch_xla would report it on the slice) is what ``python -m
-trainer.data.plan --hosts=4`` prints. torch_xla's own reading of the two variables needs a
-real slice: not run here."""
+trainer.data.plan --hosts=4`` prints. torch_xla's reading of the variables is checked outside
+the image (tests/launcher/test_gke_pod.py); forming the slice needs a real one."""
 
 import re
 
 import numpy as np
+from gke_pods import V5E_16_HOST_2
 from shard_sets import split_shards
 
 from containers import run_container
 from trainer.data.shard_index import INDEX_NAME, ShardIndex
 
-GKE_POD = {"TPU_WORKER_ID": "2",
-           "TPU_WORKER_HOSTNAMES": "imagenet-v5e-16-slice-0-0.imagenet-v5e-16,"
-                                   "imagenet-v5e-16-slice-0-1.imagenet-v5e-16,"
-                                   "imagenet-v5e-16-slice-0-2.imagenet-v5e-16,"
-                                   "imagenet-v5e-16-slice-0-3.imagenet-v5e-16",
-           "LAUNCHER_TRAINER": "python -m trainer.imagenet"}
+GKE_POD = dict(V5E_16_HOST_2, LAUNCHER_TRAINER="python -m trainer.imagenet")
 # The slice of config/gke-jobset-v5e-16.yaml, with small batches and two data workers, so
 # that the plan's /dev/shm fits a container's default 64 MB.
 TRAINER_ARGS = ["--data_dir=/data", "--job-dir=gs://bucket/jobs/imagenet-v5e-16",
@@ -54,6 +52,7 @@ def test_host_2_of_4_says_where_it_is_and_plans_like_the_plan_command(images, tm
     place = re.search(r"launcher: slice: host (\d+) of (\d+) \(TPU_WORKER_ID=2; "
                       r"TPU_WORKER_HOSTNAMES: imagenet-v5e-16-slice-0-0", dry.stderr)
     assert place and place.groups() == ("3", "4"), dry.stderr
+    assert "launcher: GKE slice: TPU_ACCELERATOR_TYPE=v5litepod-16, 4 hosts" in dry.stderr
     assert dry.stdout.splitlines()[0] == "export PJRT_DEVICE=TPU"
     assert re.search(r"# trainer: \S*python\S* -m trainer.imagenet --data_dir=/data", dry.stdout)
     host, hosts = int(place.group(1)) - 1, int(place.group(2))

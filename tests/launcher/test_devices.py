@@ -59,6 +59,15 @@ def test_the_last_devices_flag_wins_as_in_absl():
     # A topology described by hand (torch_xla then reads these instead of the metadata).
     ({"TPU_SKIP_MDS_QUERY": "1", "TPU_PROCESS_BOUNDS": "2,2,1", "TPU_PROCESS_PORT": "8476"},
      ("TPU_PROCESS_PORT",)),
+    # GKE on TPU7x: the hosts as process addresses, with the host bounds they are checked
+    # against and no host names: kept.
+    ({"TPU_SKIP_MDS_QUERY": "true", "TPU_HOST_BOUNDS": "1,2,1",
+      "TPU_PROCESS_ADDRESSES": "h0:8471,h1:8471", "TPU_PROCESS_PORT": "8471"}, ()),
+    # ... but next to host names, or without the bounds, they are stale.
+    ({"TPU_SKIP_MDS_QUERY": "true", "TPU_HOST_BOUNDS": "1,2,1", "TPU_WORKER_HOSTNAMES": "a,b",
+      "TPU_PROCESS_ADDRESSES": "localhost:8476"}, ("TPU_PROCESS_ADDRESSES",)),
+    ({"TPU_SKIP_MDS_QUERY": "true", "TPU_PROCESS_ADDRESSES": "localhost:8476"},
+     ("TPU_PROCESS_ADDRESSES",)),
     ({}, ()),
 ])
 def test_stale_topology_is_what_one_process_per_host_must_not_inherit(environ, stale):

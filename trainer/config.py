@@ -43,6 +43,8 @@ class TrainConfig:
     log_steps: int = 20
     num_workers: int = -1
     num_steps: int = 0
+    max_steps: int = 0
+    smoke: bool = False
     data_dir: Optional[str] = None
     fake_data: bool = False
     seed: int = 1
@@ -81,8 +83,8 @@ class TrainConfig:
                     name, getattr(self, name)), "e.g. --{}={}".format(
                     name, getattr(TrainConfig, name)))
         non_negative = ("lr", "lr_batch", "momentum", "weight_decay", "warmup_epochs", "log_steps",
-                        "num_steps", "checkpoint_steps", "checkpoint_minutes", "checkpoint_epochs",
-                        "eval_batch_size")
+                        "num_steps", "max_steps", "checkpoint_steps", "checkpoint_minutes",
+                        "checkpoint_epochs", "eval_batch_size")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
@@ -114,6 +116,9 @@ class TrainConfig:
                 "bf16 runs the forward pass in bfloat16 (fast on TPUs); fp32 runs all in "
                 "float32")
         parse_devices(self.devices)
+        if self.smoke and self.max_steps > 1:
+            raise TrainerError("--smoke trains one step; --max_steps={} asks for more".format(
+                self.max_steps), "drop one of them: --max_steps=N alone trains N steps")
         parse_profile_steps(self.profile_steps)
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
@@ -122,6 +127,23 @@ class TrainConfig:
         if not self.fake_data and not self.data_dir:
             raise TrainerError("no input data: --data_dir is not set",
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
+
+
+    def train_steps(self, steps_per_epoch: int) -> int:
+        """The steps the run trains in all: ``--num_epochs`` epochs of ``steps_per_epoch``,
+        cut at ``--max_steps`` (``--smoke``: 1)."""
+        total = self.num_epochs * steps_per_epoch
+        cap = 1 if self.smoke else self.max_steps
+        return min(total, cap) if cap else total
+
+    def epochs(self, steps_per_epoch: int) -> int:
+        """The epochs the run trains (its last cut short where ``--max_steps`` ends it)."""
+        return -(-self.train_steps(steps_per_epoch) // max(1, steps_per_epoch))
+
+    def eval_steps(self, split_steps: int) -> int:
+        """The steps of each evaluation: all of the split's, or ``--num_steps`` (``--smoke``:
+        one batch)."""
+        return 1 if self.smoke else min(split_steps, self.num_steps or split_steps)
 
 
 def parse_devices(text: str) -> Optional[int]:
@@ -171,7 +193,12 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "log_steps": "log a progress line every N steps (0: only per epoch)",
         "num_workers": "host processes decoding images (-1: one per host core but one; 0: decode "
                        "in the training process)",
-        "num_steps": "stop each epoch, and each evaluation, after N steps (0: all); for smoke runs",
+        "num_steps": "cut each epoch, and each evaluation, to its first N steps (0: all); "
+                     "--max_steps caps the whole run",
+        "max_steps": "stop the run after N training steps in all, evaluating and "
+                     "checkpointing there (0: --num_epochs decides)",
+        "smoke": "train one step and evaluate one batch, through every output: a quick check "
+                 "of the data, the model and the job dir",
         "data_dir": "folder or gs://bucket/prefix with the data set",
         "fake_data": "train on a fixed random batch (smoke runs, benchmarks)",
         "seed": "random seed (model init, data order)",
@@ -217,10 +244,15 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
 
 
 def config_from_flags(flag_values: Any = FLAGS) -> TrainConfig:
-    """Build the config from parsed absl flags (unknown config fields keep their default)."""
+    """Build the config from parsed absl flags (unknown config fields keep their default). A
+    trainer's default warmup (ImageNet's 5 epochs) is shortened to a run of fewer epochs
+    rather than refused: only a warmup the user asked for is held to the run's length."""
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    return TrainConfig(**{name: getattr(flag_values, name) for name in fields
-                          if name in flag_values})
+    values = {name: getattr(flag_values, name) for name in fields if name in flag_values}
+    if ("warmup_epochs" in flag_values and not flag_values["warmup_epochs"].present
+            and "num_epochs" in values):
+        values["warmup_epochs"] = min(values["warmup_epochs"], values["num_epochs"])
+    return TrainConfig(**values)
 
 
 def normalize_argv(argv: List[str], known: Optional[Dict[str, Any]] = None) -> List[str]:

@@ -66,8 +66,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         path = xla.step_path(config.step_mode)
         model = spec.model.to(dev)
         steps_per_epoch = _steps_per_epoch(config, spec.data)
-        spec.data.schedule(RunSchedule(config.num_epochs, config.eval_every_epochs,
-                                       steps_per_epoch, config.num_steps or None))
+        spec.data.schedule(RunSchedule(config.epochs(steps_per_epoch), config.eval_every_epochs,
+                                       steps_per_epoch, config.eval_steps(spec.data.eval_steps)))
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
@@ -82,7 +82,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                                    writes=writes, uploads=checkpoints.writer))
         log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs", spec.name,
                  topology.describe(), xla.device_kind(dev), path, config.precision,
-                 steps_per_epoch, config.num_epochs)
+                 steps_per_epoch, config.epochs(steps_per_epoch))
         if spec.data.describe():
             log.info("data: %s", spec.data.describe())
         log.info("global batch %d (--batch_size=%d per device x %d); peak learning rate %g "
@@ -100,7 +100,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes))))
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
-                               steps_per_epoch * config.num_epochs, outputs.record,
+                               config.train_steps(steps_per_epoch), outputs.record,
                                counts.compiled, _input_setup(config),
                                initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
@@ -185,6 +185,10 @@ class _Run:
         self.outputs, self.counts, self.cache = records.outputs, records.counts, records.cache
         self.profile = records.profile
         self.steps_per_epoch = _steps_per_epoch(config, data)
+        # The run's length: --num_epochs, cut where --max_steps (or --smoke) ends it, in
+        # the last epoch.
+        self.train_steps = config.train_steps(self.steps_per_epoch)
+        self.epochs = config.epochs(self.steps_per_epoch)
         self.eval_seconds = 0.0
 
     def all_epochs(self, progress: ProgressLog) -> Dict[str, float]:
@@ -199,7 +203,7 @@ class _Run:
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
         accuracy: Dict[str, float] = {}
-        while state.epoch < config.num_epochs:
+        while state.epoch < self.epochs and state.global_step < self.train_steps:
             accuracy = self.epoch(hooks)
         if not accuracy:  # resumed from the last epoch's checkpoint: its figures, again
             accuracy = self.evaluate_epoch()
@@ -208,15 +212,17 @@ class _Run:
     def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
         state = self.state
         self.counts.epoch_started()
+        steps = min(self.steps_per_epoch,
+                    self.train_steps - (state.global_step - state.step_in_epoch))
         batches = itertools.islice(self.data.train_batches(state.epoch, state.step_in_epoch),
-                                   max(0, self.steps_per_epoch - state.step_in_epoch))
+                                   max(0, steps - state.step_in_epoch))
         if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True,
                                                          fixed=self.data.fixed_batch()),
                        state, hooks):
             raise _stopped("", self.checkpoints.save_final(state, self.outputs), state)
         state.epoch += 1
         state.step_in_epoch = 0
-        last = state.epoch == self.config.num_epochs
+        last = state.epoch == self.epochs
         # The finished epoch is saved before it is evaluated: SIGTERM during the evaluation
         # then costs the evaluation only. The write runs in the background meanwhile.
         if self.saves_after(state.epoch):
@@ -238,7 +244,8 @@ class _Run:
         by_steps = bool(steps) and state.global_step % steps == 0
         by_clock = clock_agreed and self.checkpoints.saved_step != state.global_step - 1
         # An epoch's last step is saved by the epoch's end where it saves: one write a step.
-        at_epoch_end = (state.step_in_epoch >= self.steps_per_epoch
+        at_epoch_end = ((state.step_in_epoch >= self.steps_per_epoch
+                         or state.global_step >= self.train_steps)
                         and self.saves_after(state.epoch + 1))
         if (by_steps or by_clock) and not at_epoch_end:
             self.checkpoints.save(state, self.outputs)
@@ -246,7 +253,7 @@ class _Run:
     def saves_after(self, finished: int) -> bool:
         """Whether the run checkpoints once ``finished`` epochs have trained."""
         every = self.config.checkpoint_epochs
-        return finished == self.config.num_epochs or bool(every) and finished % every == 0
+        return finished == self.epochs or bool(every) and finished % every == 0
 
     def evaluate_epoch(self) -> Dict[str, float]:
         """Evaluate the model as it is after epoch ``state.epoch``, log and record it; on
@@ -254,7 +261,7 @@ class _Run:
         state = self.state
         started = time.perf_counter()
         eval_batches = itertools.islice(self.data.eval_batches(),
-                                        self.config.num_steps or self.data.eval_steps)
+                                        self.config.eval_steps(self.data.eval_steps))
         loaded = self.placement.loader(eval_batches, self.steps, fixed=self.data.fixed_batch())
         accuracy = evaluate(self.steps, loaded, self.placement.vote.should_stop,
                             self.placement.vote.input_wait)

@@ -64,7 +64,8 @@ def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch
     peak = peak_rate(config.lr, global_batch or config.batch_size, config.lr_batch)
     optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=config.momentum,
                                 weight_decay=config.weight_decay)
-    rate = LearningRate(optimizer, peak, int(config.warmup_epochs * steps_per_epoch),
-                        config.num_epochs * steps_per_epoch)
+    total = config.train_steps(steps_per_epoch)
+    rate = LearningRate(optimizer, peak, min(int(config.warmup_epochs * steps_per_epoch), total),
+                        total)
     rate.set(0)
     return optimizer, rate

@@ -121,3 +121,21 @@ def test_help_lists_the_trainers_flags_and_what_it_trains(trainer, flag):
 def test_help_only_when_asked():
     for args in ([], ["--lr=0.1"], ["--data_dir=--help-me"], ["--helpless"]):
         assert requested_help(["trainer"] + args, TRAINER_FLAGS["mnist"]) is None
+
+
+def test_a_trainers_default_warmup_is_shortened_to_a_shorter_run_and_a_given_one_refused():
+    assert parse("imagenet", "--fake_data", "--num_epochs=2").warmup_epochs == 2.0
+    assert parse("imagenet", "--fake_data").warmup_epochs == 5.0
+    with pytest.raises(TrainerError, match=r"--warmup_epochs=3\.0 is longer than the run"):
+        parse("imagenet", "--fake_data", "--num_epochs=1", "--warmup_epochs=3")
+
+
+def test_the_runs_length_in_training_steps_epochs_and_evaluation_steps():
+    capped = parse("mnist", "--fake_data", "--num_epochs=5", "--max_steps=7")
+    assert (capped.train_steps(3), capped.epochs(3), capped.eval_steps(10)) == (7, 3, 10)
+    assert (capped.train_steps(1), capped.epochs(1)) == (5, 5)  # the epochs end it first
+    smoke = parse("imagenet", "--fake_data", "--smoke")
+    assert (smoke.train_steps(2502), smoke.epochs(2502), smoke.eval_steps(98)) == (1, 1, 1)
+    assert parse("mnist", "--fake_data", "--num_steps=4").eval_steps(10) == 4
+    with pytest.raises(TrainerError, match="--smoke trains one step; --max_steps=2 asks"):
+        parse("mnist", "--fake_data", "--smoke", "--max_steps=2")

@@ -44,6 +44,14 @@ def test_a_step_that_ends_an_epoch_and_is_due_by_checkpoint_steps_is_written_onc
     assert written == [checkpoint_name(step) for step in (2, 4, 6, 8)]
 
 
+def test_max_steps_ends_the_run_inside_an_epoch_evaluated_and_checkpointed(tmp_path):
+    # --num_steps cuts each epoch to 3 steps; --max_steps=7 ends the run in the third.
+    result = run_mnist(tmp_path, "--num_epochs=5", "--num_steps=3", "--max_steps=7")
+    assert checkpointed(tmp_path) == [checkpoint_name(step) for step in (3, 6, 7)]
+    assert [int(epoch) for epoch in re.findall(r"epoch (\d+) done", result.stdout)] == [1, 2, 3]
+    assert "3 steps/epoch x 3 epochs" in result.stdout
+
+
 @pytest.mark.parametrize("minutes, steps", [
     # Due at every boundary: checkpointed at step 1, then the vote cast before that checkpoint
     # is spent (step 2), and so on; step 6 is the epoch's end.

@@ -43,6 +43,7 @@ def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
     finally:
         process.kill()
     assert process.returncode == 143, err
+    print("exit {:.1f} s after SIGTERM".format(took))
     assert took < 10, "exit {:.1f} s after SIGTERM".format(took)
     assert "Traceback" not in err
     stopped = re.search(r"Preempted: stopped by SIGTERM at step (\d+); checkpoint (\S+)", err)

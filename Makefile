@@ -8,11 +8,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
-        pin-bases standin-pins
+        pin-bases standin-pins help vertex-status vertex-logs vertex-cancel
+
+# `make` alone lists the targets (make help).
+.DEFAULT_GOAL := help
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
-RUNTIME ?= xrt
+# pjrt (Vertex AI, GKE, TPU VMs) by default: xrt is for legacy AI Platform, which has taken no
+# new jobs since 2025-01-31 (make submit names the xrt image by itself).
+RUNTIME ?= pjrt
 BASE_IMAGE_xrt := gcr.io/tpu-pytorch/xla:r1.11_3.7
 BASE_IMAGE_pjrt := us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
 BASE_IMAGE ?= $(BASE_IMAGE_$(RUNTIME))
@@ -30,8 +35,11 @@ TAG ?= $(RUNTIME)
 IMAGE_URI ?= $(IMAGE_REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/$(IMAGE_NAME):$(TAG)
 JOB_NAME ?= pytorch_xla_$(shell date +%Y%m%d_%H%M%S)
 JOB_NAME := $(JOB_NAME)
-CONFIG ?= config/ai-platform-tpu-v3.yaml
 VERTEX_CONFIG ?= config/vertex-tpu-v5e.yaml
+# The job template of RUNTIME's platform (make check-job alone; each submit target sets its own).
+CONFIG_xrt := config/ai-platform-tpu-v3.yaml
+CONFIG_pjrt = $(VERTEX_CONFIG)
+CONFIG ?= $(CONFIG_$(RUNTIME))
 JOB_DIR ?=
 # Vertex AI: the job's output directory (gs://BUCKET/DIR), which the Vertex templates require:
 # the container gets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR under it.
@@ -70,15 +78,18 @@ $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 		$$(grep '^google-cloud-storage==' requirements/image-xrt.txt)
 	touch $@
 
+## venv: create .venv from the pinned lock (make run and make test do it when needed).
 venv: $(STAMP)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
 ## and execs the MNIST trainer on the shipped real-digit sample (data/mnist-sample: 2,000
 ## training and 500 test digits; 5 epochs, about 15 s), printing its test accuracy; outputs in
-## runs/mnist-DATE. RUN_ARGS='--fake_data ...' for a smoke run.
-RUN_ARGS ?= --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
+## runs/mnist-DATE. RUN_ARGS come after the defaults, so they add or override one flag each
+## (RUN_ARGS=--num_epochs=1); RUN_ARGS=--fake_data is a smoke run on constant fake data.
+RUN_DEFAULTS = --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
+RUN_ARGS ?=
 run: $(STAMP)
-	$(PY) -m launcher -- $(RUN_ARGS)
+	$(PY) -m launcher -- $(RUN_DEFAULTS) $(RUN_ARGS)
 
 ## test: the whole suite, deterministic: property tests run hypothesis's "ci" profile (the
 ## same examples on every machine and every run; make fuzz explores). TensorFlow and torch_xla
@@ -174,19 +185,52 @@ check-job: $(STAMP)
 		--base-image $(BASE_IMAGE) --container-args="$$JOB_ARGS" --write $(RENDERED) \
 		$(if $(BASE_OUTPUT_DIR),--base-output-dir "$(BASE_OUTPUT_DIR)")
 
-## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31).
+# The submit targets ask the registry for IMAGE_URI first: a job naming an image that was
+# never pushed would fail only once the platform has started its machines. Artifact Registry
+# answers gcloud (the tool that submits); any other registry (gcr.io included) Docker's
+# manifest lookup, with Docker's login. One line on failure: the tool's last line and the fix.
+image_lookup = $(if $(filter %-docker.pkg.dev,$(AR_HOST)),$(GCLOUD) artifacts docker images describe $(IMAGE_URI),$(DOCKER) manifest inspect $(IMAGE_URI))
+define require_pushed
+@err="$$($(image_lookup) 2>&1 >/dev/null)" || { \
+  echo "make $@: IMAGE_URI $(IMAGE_URI) is not in its registry ($$(printf '%s\n' "$$err" | tail -n 1)); HINT: push it first (make build push PROJECT=$(PROJECT) RUNTIME=$(RUNTIME)), or set IMAGE_URI to a pushed image" >&2; \
+  exit 1; }
+endef
+
+## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31; image profile
+## xrt). Refuses an IMAGE_URI its registry does not have.
+submit: RUNTIME = xrt
 submit: check-job
+	$(require_pushed)
 	$(PY) -m jobspec exec $(GCLOUD) ai-platform jobs submit training $(JOB_NAME) \
 		--project $(PROJECT) --region $(REGION) --config $(RENDERED) \
 		$(if $(JOB_DIR),--job-dir $(JOB_DIR)) --
 
 ## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt);
-## BASE_OUTPUT_DIR=gs://BUCKET/DIR is where its outputs and checkpoints go.
+## BASE_OUTPUT_DIR=gs://BUCKET/DIR is where its outputs and checkpoints go. Refuses an
+## IMAGE_URI its registry does not have; keeps the job's name in build/vertex-job for
+## vertex-status, vertex-logs and vertex-cancel.
+VERTEX_JOB_FILE := build/vertex-job
 submit-vertex: CONFIG = $(VERTEX_CONFIG)
 submit-vertex: RUNTIME = pjrt
 submit-vertex: check-job
+	$(require_pushed)
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
-		--display-name $(JOB_NAME) --config $(RENDERED)
+		--display-name $(JOB_NAME) --config $(RENDERED) --format='value(name)' \
+		> $(VERTEX_JOB_FILE).new
+	mv $(VERTEX_JOB_FILE).new $(VERTEX_JOB_FILE)
+	@echo "submitted $$(cat $(VERTEX_JOB_FILE)): make vertex-status, vertex-logs or vertex-cancel"
+
+## vertex-status / vertex-logs / vertex-cancel: describe, follow the logs of, or cancel the
+## Vertex AI job make submit-vertex submitted last (VERTEX_JOB=ID or its full name for
+## another one; a bare ID needs PROJECT and REGION).
+VERTEX_JOB ?= $(shell cat $(VERTEX_JOB_FILE) 2>/dev/null)
+vertex_job_args = $(VERTEX_JOB) $(if $(findstring /,$(VERTEX_JOB)),,$(call require,PROJECT)--project $(PROJECT) --region $(REGION))
+vertex-status vertex-logs vertex-cancel: vertex-%:
+	$(if $(strip $(VERTEX_JOB)),,$(error VERTEX_JOB is not set and $(VERTEX_JOB_FILE) holds no job: make submit-vertex first, or make $@ VERTEX_JOB=ID PROJECT=... REGION=...))
+	$(GCLOUD) ai custom-jobs $(vertex_verb_$*) $(vertex_job_args)
+vertex_verb_status := describe
+vertex_verb_logs := stream-logs
+vertex_verb_cancel := cancel
 
 ## submit-gke: a JobSet on one TPU slice of a GKE cluster (docs/gke.md; image profile pjrt):
 ## fills the image, JOB_ARGS (they replace the template's args) and GKE_JOB_NAME into
@@ -281,9 +325,10 @@ BENCH_ARGS ?=
 bench-images: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) bench/images.py $(BENCH_ARGS)
 
-## lock: re-resolve requirements/dev.in into requirements/dev.lock, and both image locks.
+## lock: make lock-dev and make lock-images.
 lock: lock-dev lock-images
 
+## lock-dev: re-resolve requirements/dev.in into requirements/dev.lock.
 lock-dev:
 	rm -rf /tmp/lock-venv && $(PYTHON_BOOTSTRAP) -m venv /tmp/lock-venv
 	/tmp/lock-venv/bin/pip install --quiet --no-cache-dir -r requirements/dev.in
@@ -324,5 +369,13 @@ sbom:
 	$(DOCKER) run --rm --network none --entrypoint cat $(IMAGE_URI) /app/sbom.cdx.json \
 		| tee build/sbom-$(RUNTIME).cdx.json
 
+## clean: remove .venv and the test caches.
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+## help: this list (also what `make` alone prints): each target's `##` comment in this
+## Makefile. Variables and their defaults: docs/submitting.md.
+help:
+	@echo "usage: make TARGET [NAME=value ...]"
+	@awk '/^## / { text = substr($$0, 4); print (block ? "      " : "\n  ") text; block = 1; next } \
+		{ block = 0 }' $(firstword $(MAKEFILE_LIST))

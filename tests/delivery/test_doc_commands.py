@@ -45,8 +45,14 @@ NOT_HERE = {
 }
 # Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
-                   "submit-vertex", "local-run", "sbom")
+                   "submit-vertex", "vertex-status", "vertex-logs", "vertex-cancel",
+                   "local-run", "sbom", "help")
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
+# gcloud prints the name of the job it created, which make submit-vertex keeps for the
+# vertex-* targets.
+GCLOUD = RECORDER + """case "$*" in "ai custom-jobs create "*)
+  echo projects/123/locations/us-central1/customJobs/456 ;; esac
+"""
 MAKE_WRAPPER = """#!/bin/sh
 # The real make, with variables the Makefile names; targets other than {shimmed} only as a
 # dry run (make -n).
@@ -78,8 +84,8 @@ def shell(tmp_path_factory):
     root = tmp_path_factory.mktemp("doc-commands")
     bin_dir, log = root / "bin", root / "calls.log"
     bin_dir.mkdir()
-    scripts = {name: RECORDER.format(log=log) for name in ("docker", "gcloud", "gsutil",
-                                                           "kubectl")}
+    scripts = {name: RECORDER.format(log=log) for name in ("docker", "gsutil", "kubectl")}
+    scripts["gcloud"] = GCLOUD.format(log=log)
     scripts["make"] = MAKE_WRAPPER.format(shimmed=", ".join(SHIMMED_TARGETS),
                                           pattern="|".join(SHIMMED_TARGETS),
                                           make=shutil.which("make"))
@@ -130,10 +136,13 @@ def test_the_blocks_reach_the_tools_they_name(shell):
     for reaches gcloud, rendered and validated."""
     result, calls = shell(block_containing("make submit-vertex", page="README").text)
     assert result.returncode == 0, result.stderr
-    assert [call.split()[:4] for call in calls] == [
-        ["gcloud", "ai", "custom-jobs", "create"],
-        ["gcloud", "ai-platform", "jobs", "submit"]]
-    assert "build/pytorch_xla_" in calls[0] and calls[1].endswith(
+    assert [call.split()[:5] for call in calls] == [
+        ["gcloud", "artifacts", "docker", "images", "describe"],
+        ["gcloud", "ai", "custom-jobs", "create", "--project"],
+        ["gcloud", "artifacts", "docker", "images", "describe"],
+        ["gcloud", "ai-platform", "jobs", "submit", "training"]]
+    assert calls[0].endswith(":pjrt") and calls[2].endswith(":xrt")
+    assert "build/pytorch_xla_" in calls[1] and calls[3].endswith(
         "-- --data_dir=gs://my-bucket/mnist --num_epochs=5")
 
 

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
-        pin-bases standin-pins help vertex-status vertex-logs vertex-cancel
+        pin-bases standin-pins help vertex-status vertex-logs vertex-cancel rehearse-container
 
 # `make` alone lists the targets (make help).
 .DEFAULT_GOAL := help
@@ -137,12 +137,18 @@ test-images: $(STAMP)
 ## build secret, so it never lands in a layer. DOCKER_BUILD_ARGS adds docker build options
 ## (e.g. --network host on an engine without a bridge network).
 DOCKER_BUILD_ARGS ?=
+# Where Google's base cannot be pulled, docker's last line is a bare "no such host": name the
+# way that needs no Google registry.
+build_offline_hint := make build: docker build failed; if it could not pull BASE_IMAGE (offline, \
+	no such host, denied), rehearse on a local stand-in instead: make rehearse-container \
+	(docs/submitting.md\#rehearse)
 build:
 	$(call check_runtime)
 	$(call require,PROJECT)
 	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_ARGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) \
 		--build-arg RUNTIME=$(RUNTIME) $(if $(PIP_CERT),--secret id=pip_cert$(comma)src=$(PIP_CERT)) \
-		-t $(IMAGE_URI) .
+		-t $(IMAGE_URI) . $(if $(filter $(BASE_IMAGE_$(RUNTIME)),$(BASE_IMAGE)),|| { \
+		status=$$?; echo "$(build_offline_hint)" >&2; exit $$status; })
 
 push:
 	$(call check_runtime)
@@ -155,6 +161,16 @@ push:
 standin-base:
 	$(call check_runtime)
 	DOCKER=$(DOCKER) standin/build.sh $(RUNTIME)
+
+## rehearse-container: the container rehearsal from a fresh machine, without Google's base
+## images (standin/rehearse.sh): a Docker engine (yours, or as root one of its own:
+## tests/images/engine.sh), the stand-in base (make standin-base, once), the image built on it
+## (make build ... DOCKER_BUILD_ARGS=--network=host) and a short run of it on fake data;
+## outputs in runs/rehearsal-DATE. RUNTIME=pjrt (the xrt stand-in has no torch_xla).
+REHEARSAL_IMAGE ?= tpu-xla-rehearsal:$(RUNTIME)
+rehearse-container:
+	$(call check_runtime)
+	RUNTIME=$(RUNTIME) DOCKER=$(DOCKER) REHEARSAL_IMAGE=$(REHEARSAL_IMAGE) standin/rehearse.sh
 
 ## repository: create the Artifact Registry repository IMAGE_URI points at, if it is missing
 ## (a no-op for gcr.io/... URIs). Docker also needs `gcloud auth configure-docker HOST` once.

@@ -3,6 +3,7 @@ argv each tool would get, and clear errors for missing or wrong variables."""
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -88,6 +89,53 @@ def test_a_missing_repository_is_created_once(tools):
                                 "--project", "my-proj", "--location", "us-central1",
                                 "--repository-format", "docker", "--description",
                                 "PyTorch/XLA training images"]]
+
+
+def test_run_args_add_to_the_runs_defaults(tools):
+    """The trainer's flags take the last value given: RUN_ARGS after the defaults override
+    one flag each, and the rest (the sample data, the job dir under runs/) stay."""
+    result, _ = tools("-n", "-o", ".venv/.installed", "run",
+                      "RUN_ARGS=--num_epochs=1 --fake_data")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if "-m launcher" in line]
+    args = line.split(" -- ", 1)[1].split()
+    assert args[:2] == ["--data_dir=data/mnist-sample", "--log_steps=10"]
+    assert args[2] == "--job-dir=runs/mnist-$(date"  # +%Y%m%d-%H%M%S): a fresh one each run
+    assert args[-2:] == ["--num_epochs=1", "--fake_data"]
+
+
+def test_a_failed_build_on_googles_base_points_at_the_stand_in_rehearsal(tools):
+    result, _ = tools("build", "PROJECT=my-proj", RECORDER_FAIL_ON="build")
+    assert result.returncode != 0
+    hint = [line for line in result.stderr.splitlines() if line.startswith("make build:")]
+    assert hint == ["make build: docker build failed; if it could not pull BASE_IMAGE (offline, "
+                    "no such host, denied), rehearse on a local stand-in instead: make "
+                    "rehearse-container (docs/submitting.md#rehearse)"]
+    # On a base of one's own (a stand-in already), the failure is docker's alone.
+    result, _ = tools("build", "PROJECT=my-proj", "BASE_IMAGE=tpu-standin:pjrt",
+                      RECORDER_FAIL_ON="build")
+    assert result.returncode != 0 and "make build:" not in result.stderr
+
+
+def test_the_container_rehearsal_builds_on_the_stand_in_and_runs_the_image(tools):
+    """make rehearse-container with an engine that answers and a stand-in it holds: the build
+    a bridgeless engine needs, then a short run whose outputs land in a fresh runs/ folder."""
+    result, calls = tools("rehearse-container")
+    assert result.returncode == 0, result.stderr
+    image = "tpu-xla-rehearsal:pjrt"
+    assert calls[:3] == [["docker", "info"], ["docker", "image", "inspect", "tpu-standin:pjrt"],
+                         ["docker", "build", "--network=host", "--build-arg",
+                          "BASE_IMAGE=tpu-standin:pjrt", "--build-arg", "RUNTIME=pjrt", "-t",
+                          image, "."]]
+    [run] = calls[3:]
+    assert run[:4] == ["docker", "run", "--rm", "--network"] and run[4] == "none"
+    host, mount = run[6].split(":")
+    assert mount == "/job" and re.fullmatch(str(REPO / "runs" / r"rehearsal-\d{8}-\d{6}"), host)
+    assert run[7:] == [image, "--fake_data", "--num_epochs=1", "--num_steps=20", "--job-dir=/job"]
+    os.rmdir(host)
+    result, calls = tools("rehearse-container", "RUNTIME=xrt")
+    assert result.returncode != 0 and calls == []
+    assert "rehearse.sh: RUNTIME=xrt cannot be rehearsed" in result.stderr
 
 
 def test_gcr_io_stays_possible(tools):

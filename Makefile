@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
+.PHONY: run run-imagenet test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
         pin-bases standin-pins help vertex-status vertex-logs vertex-cancel rehearse-container
 
@@ -90,6 +90,20 @@ RUN_DEFAULTS = --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-
 RUN_ARGS ?=
 run: $(STAMP)
 	$(PY) -m launcher -- $(RUN_DEFAULTS) $(RUN_ARGS)
+
+## run-imagenet: the ImageNet trainer locally, through the launcher as on a platform
+## (--trainer 'python -m trainer.imagenet'), on a small class-folder tree made once by
+## data/make_imagenet_sample.py in build/imagenet-sample (4 classes of synthetic JPEGs):
+## ResNet-18 at 32 px, 2 epochs; outputs in runs/imagenet-DATE. IMAGENET_ARGS come after the
+## defaults (IMAGENET_ARGS=--data_dir=DIR for a train/ and val/ tree or shards of your own).
+IMAGENET_SAMPLE := build/imagenet-sample
+IMAGENET_DEFAULTS = --data_dir=$(IMAGENET_SAMPLE) --model=resnet18 --image_size=32 --lr_batch=0 \
+	--batch_size=16 --num_epochs=2 --warmup_epochs=0 --log_steps=4 \
+	--job-dir=runs/imagenet-$$(date +%Y%m%d-%H%M%S)
+IMAGENET_ARGS ?=
+run-imagenet: $(STAMP)
+	test -d $(IMAGENET_SAMPLE) || $(PY) data/make_imagenet_sample.py $(IMAGENET_SAMPLE)
+	$(PY) -m launcher --trainer 'python -m trainer.imagenet' -- $(IMAGENET_DEFAULTS) $(IMAGENET_ARGS)
 
 ## test: the whole suite, deterministic: property tests run hypothesis's "ci" profile (the
 ## same examples on every machine and every run; make fuzz explores). TensorFlow and torch_xla

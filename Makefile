@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-imagenet test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
+.PHONY: run run-imagenet tensorboard test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
         pin-bases standin-pins help vertex-status vertex-logs vertex-cancel rehearse-container
 
@@ -104,6 +104,18 @@ IMAGENET_ARGS ?=
 run-imagenet: $(STAMP)
 	test -d $(IMAGENET_SAMPLE) || $(PY) data/make_imagenet_sample.py $(IMAGENET_SAMPLE)
 	$(PY) -m launcher --trainer 'python -m trainer.imagenet' -- $(IMAGENET_DEFAULTS) $(IMAGENET_ARGS)
+
+## tensorboard: TensorBoard on LOGDIR (default runs/: every local run's tensorboard/ events),
+## from a virtual env of its own (build/tensorboard-venv, made once from PyPI: the dev lock
+## leaves TensorBoard out, the trainers write with tensorboardX).
+TENSORBOARD_VERSION ?= 2.21.0
+TENSORBOARD_VENV := build/tensorboard-venv
+LOGDIR ?= runs
+tensorboard:
+	test -x $(TENSORBOARD_VENV)/bin/tensorboard || { $(PYTHON_BOOTSTRAP) -m venv $(TENSORBOARD_VENV) \
+		&& $(TENSORBOARD_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		tensorboard==$(TENSORBOARD_VERSION); }
+	$(TENSORBOARD_VENV)/bin/tensorboard --logdir $(LOGDIR)
 
 ## test: the whole suite, deterministic: property tests run hypothesis's "ci" profile (the
 ## same examples on every machine and every run; make fuzz explores). TensorFlow and torch_xla

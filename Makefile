@@ -395,12 +395,13 @@ lock-images: $(STAMP)
 standin-pins: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m imagebuild.standin_pins xrt pjrt
 
-## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
-## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and
+## pin-bases: pin each profile's base image to the digest its tag points at now, asked of the
+## registry's API without pulling (imagebuild/pin_bases.py; gcloud's token where the
+## registry refuses an anonymous one): Makefile, Dockerfile, cloudbuild.yaml and
 ## jobspec/images.py then name NAME:TAG@sha256:..., which Docker pulls by the digest alone (the
 ## tag is ignored): a tag pushed again changes nothing until pin-bases runs again.
 pin-bases: $(STAMP)
-	DOCKER=$(DOCKER) $(PY) -m imagebuild.pin_bases
+	$(PY) -m imagebuild.pin_bases
 
 ## sbom: print the CycloneDX SBOM the build wrote into IMAGE_URI (/app/sbom.cdx.json) and keep
 ## a copy in build/sbom-RUNTIME.cdx.json.

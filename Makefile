@@ -72,7 +72,7 @@ check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt 
 PIP_INSTALL := $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check
 $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
-	$(PIP_INSTALL) -r requirements/dev.lock
+	$(PIP_INSTALL) --require-hashes --no-deps -r requirements/dev.lock
 	$(PIP_INSTALL) --no-deps -e .
 	rm -rf $(VENV)/gcs2 && $(PIP_INSTALL) --no-deps --target $(VENV)/gcs2 \
 		$$(grep '^google-cloud-storage==' requirements/image-xrt.txt)
@@ -370,12 +370,13 @@ bench-images: $(STAMP)
 ## lock: make lock-dev and make lock-images.
 lock: lock-dev lock-images
 
-## lock-dev: re-resolve requirements/dev.in into requirements/dev.lock.
+## lock-dev: re-resolve requirements/dev.in into requirements/dev.lock, every package with the
+## sha256 of its file (imagebuild/dev_lock.py; make venv installs it with --require-hashes).
 lock-dev:
 	rm -rf /tmp/lock-venv && $(PYTHON_BOOTSTRAP) -m venv /tmp/lock-venv
 	/tmp/lock-venv/bin/pip install --quiet --no-cache-dir -r requirements/dev.in
-	( echo "# Fully pinned resolution of requirements/dev.in for Python 3.11 (\`make lock\` regenerates it)."; \
-	  /tmp/lock-venv/bin/pip freeze ) > requirements/dev.lock
+	/tmp/lock-venv/bin/pip freeze --exclude-editable > /tmp/lock-venv/frozen.txt
+	/tmp/lock-venv/bin/python -m imagebuild.dev_lock /tmp/lock-venv/frozen.txt requirements/dev.lock
 
 ## lock-images: requirements/image-xrt.lock and image-pjrt.lock, every package each Dockerfile
 ## build installs with its sha256, resolved by pip inside the stand-ins (imagebuild/lock.py;

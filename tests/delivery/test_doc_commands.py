@@ -99,8 +99,13 @@ def shell(tmp_path_factory):
         env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **environ)
         for name in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PIP_CERT"):
             env.pop(name, None)  # an outer make's settings (make test) are not a reader's
-        result = subprocess.run(["bash", "-c", checked(text)], cwd=str(cwd), env=env,
-                                capture_output=True, text=True, timeout=120)
+        before = set((REPO / "runs").glob("*"))
+        try:
+            result = subprocess.run(["bash", "-c", checked(text)], cwd=str(cwd), env=env,
+                                    capture_output=True, text=True, timeout=120)
+        finally:  # what a block trained into runs/ (the own-code loop) is a reader's, not ours
+            for made in set((REPO / "runs").glob("*")) - before:
+                shutil.rmtree(str(made), ignore_errors=True)
         return result, log.read_text().splitlines()
 
     return run

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+if "--child" not in sys.argv:  # a child imports the checkout its PYTHONPATH names
+    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "tests"))
 
 SETTINGS = ("default", "rule")
 SIZE, WORKERS, EPOCHS = 224, 2, 2
@@ -82,7 +83,9 @@ def draw(data_dir: str, batch: int, threads: List[int]) -> Dict[str, float]:
     source.close()  # the workers are reaped: their CPU is counted in RUSAGE_CHILDREN
     trainer = cpu_seconds(resource.RUSAGE_SELF) - trainer_before
     workers = cpu_seconds(resource.RUSAGE_CHILDREN) - workers_before
-    return {"images": images, "seconds": time.perf_counter() - started,
+    import trainer
+
+    return {"trainer": trainer.__file__, "images": images, "seconds": time.perf_counter() - started,
             "trainer_ms": 1000 * trainer / images, "workers_ms": 1000 * workers / images,
             "share": trainer / workers, "intra_op": torch.get_num_threads()}
 

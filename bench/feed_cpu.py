@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parent.parent
+# bench/ itself is off the path: its trainer.py is not the trainer package.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != REPO / "bench"]
 if "--child" not in sys.argv:  # a child imports the checkout its PYTHONPATH names
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "tests"))

@@ -83,13 +83,14 @@ def draw(data_dir: str, batch: int, threads: List[int]) -> Dict[str, float]:
         for _ in source.eval_batches():
             pass
     source.close()  # the workers are reaped: their CPU is counted in RUSAGE_CHILDREN
-    trainer = cpu_seconds(resource.RUSAGE_SELF) - trainer_before
-    workers = cpu_seconds(resource.RUSAGE_CHILDREN) - workers_before
+    trainer_cpu = cpu_seconds(resource.RUSAGE_SELF) - trainer_before
+    workers_cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - workers_before
     import trainer
 
-    return {"trainer": trainer.__file__, "images": images, "seconds": time.perf_counter() - started,
-            "trainer_ms": 1000 * trainer / images, "workers_ms": 1000 * workers / images,
-            "share": trainer / workers, "intra_op": torch.get_num_threads()}
+    return {"trainer": trainer.__file__, "images": images,
+            "seconds": time.perf_counter() - started,
+            "trainer_ms": 1000 * trainer_cpu / images, "workers_ms": 1000 * workers_cpu / images,
+            "share": trainer_cpu / workers_cpu, "intra_op": torch.get_num_threads()}
 
 
 def measured(data_dir: Path, batch: int, setting: str, checkout: Path) -> Dict[str, float]:
@@ -134,6 +135,7 @@ def main() -> None:
                     runs[case].append(measured(data_dir, batch, case[1], checkouts[case[0]]))
             for case in cases:
                 figures = runs[case]
+                assert figures[0]["trainer"].startswith(str(checkouts[case[0]])), figures[0]
                 print("batch {:4d} {:15s} (intra-op {:2d}): trainer {:.3f} ms, workers {:.3f} "
                       "ms per training image: share {:.3f} (rounds: {}); {:.0f} images/s".format(
                           batch, case[0] + case[1], int(figures[0]["intra_op"]),

@@ -275,6 +275,9 @@ bench: $(STAMP)
 	$(PY) bench/checkpoint_write.py
 	$(PY) bench/epoch_boundary.py
 	$(PY) bench/host_simulation.py
+	$(PY) bench/feed_cpu.py
+	$(PY) bench/trainer_threads.py
+	$(PY) bench/feed.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

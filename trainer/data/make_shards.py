@@ -23,6 +23,8 @@ is cut, so a shard is a random sample of its split; both splits share one class-
   (``train-000012_000345``), whatever the file's name; ``KEY.json`` records the source file's
   path and format. A file that cannot be decoded is reported by name and skipped: the count
   and names are in the final line and in the index's ``skipped`` list.
+- ``--max_side=N`` (opt-in) stores images with their shorter side at most N px, scaled down
+  (``shard_image``); the index records N, and another N is another plan.
 
 Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 70 a
 worker process died (run the command again to resume); 74 the source or destination cannot be

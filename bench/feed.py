@@ -3,12 +3,13 @@
 
 Runs from a plain checkout with torch, Pillow and numpy (torchvision for the reference
 pipeline and the GPU model; no torch_xla, no network): it makes its own photographs
-(``tests/photos.py``: 8 classes, about 400x330 px) and their shards (``make_shards``, with
-``--max-side``: stored at most that on the shorter side), then reports:
+(``tests/photos.py``: 8 classes, about 370x350 px) and their shards (``make_shards``; with
+``--max-side`` a second set, stored at most that on the shorter side), then reports:
 
 1. **Supply**: training images/s the real stream (``ShardSource``, the trainer's data source)
    delivers when drawn flat out (from the second epoch on, evaluations included), by data
-   worker count (default 1 to cores - 1).
+   worker count (default 1, half and all of cores - 1); with ``--max-side``, also from the
+   smaller images' shards, and the ratio.
 2. **Fed**: the stream (with the most workers) feeding a step, epochs with their evaluations:
    the share of the supply that reaches the step (its images/s fed over the supply), the
    step's busy share per epoch after the first (its step time over the epoch's wall time,
@@ -53,8 +54,9 @@ SIZE = 224
 EVAL_STEP_SHARE = 1 / 3  # a stand-in evaluation step: the forward pass of a training step
 
 
-def photographs(work: Path, per_class: int, max_side: int) -> Tuple[Path, Path]:
-    """(class-folder tree, its shards) under ``work``, made once."""
+def photographs(work: Path, per_class: int, max_side: int = 0) -> Tuple[Path, Path]:
+    """(class-folder tree, its shards: ``make_shards --max_side=max_side``) under ``work``,
+    made once."""
     import photos
     from trainer.data.make_shards import convert
 
@@ -65,6 +67,14 @@ def photographs(work: Path, per_class: int, max_side: int) -> Tuple[Path, Path]:
     if not (shards / "index.json").exists():
         convert(str(tree), str(shards), shard_size=256, max_side=max_side)
     return tree, shards
+
+
+def image_bytes(shards: Path) -> float:
+    """The training split's shard bytes per example."""
+    from trainer.data.shard_index import INDEX_NAME, ShardIndex
+
+    index = ShardIndex.from_json((shards / INDEX_NAME).read_bytes(), str(shards))
+    return index.size("train") / index.examples("train")
 
 
 def cpu_seconds(who: int) -> float:
@@ -244,7 +254,8 @@ def main() -> None:
                         "class (8 classes; an eighth as many for evaluation)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--max-side", type=int, default=0, help="make_shards --max_side")
+    parser.add_argument("--max-side", type=int, default=0,
+                        help="also measure the supply from shards made with --max_side=N")
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="the stand-in step (default: what the supply takes for a batch)")
     parser.add_argument("--gpu-batch", type=int, default=256)
@@ -252,12 +263,15 @@ def main() -> None:
     args = parser.parse_args()
     threads = host_threads.apply(host_threads.choose(cores))
     with tempfile.TemporaryDirectory() as scratch:
-        tree, shards = photographs(args.work or Path(scratch), args.per_class, args.max_side)
+        tree, shards = photographs(args.work or Path(scratch), args.per_class)
+        smaller = photographs(args.work or Path(scratch), args.per_class, args.max_side)[1] \
+            if args.max_side else None
         counts = [int(count) for count in args.workers.split(",")]
         print("{} cores; the trainer process's torch pools: {} intra-op, {} inter-op; "
-              "{} at {} px, batch {}, {} epochs".format(cores, threads.intra_op,
-                                                       threads.inter_op, shards, SIZE,
-                                                       args.batch, args.epochs))
+              "{} at {} px, batch {}, {} epochs; {:.0f} bytes per training image{}".format(
+                  cores, threads.intra_op, threads.inter_op, shards, SIZE, args.batch,
+                  args.epochs, image_bytes(shards), "" if smaller is None else
+                  " ({:.0f} with --max_side={})".format(image_bytes(smaller), args.max_side)))
         has_reference = reference_epochs(tree, args.batch, 0) is not None
         if not has_reference:
             print("reference pipeline: skipped (torchvision is not installed)")
@@ -266,6 +280,10 @@ def main() -> None:
             supplied[workers] = supply(stream_epochs(shards, args.batch, workers), args.epochs)
             line = "supply, {:2d} worker(s): stream {:.0f} images/s".format(
                 workers, supplied[workers])
+            if smaller is not None:
+                rate = supply(stream_epochs(smaller, args.batch, workers), args.epochs)
+                line += ", stream from --max_side={} shards {:.0f} ({:.2f}x)".format(
+                    args.max_side, rate, rate / supplied[workers])
             if has_reference:
                 line += ", reference {:.0f}".format(supply(
                     reference_epochs(tree, args.batch, workers), args.epochs))

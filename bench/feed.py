@@ -30,9 +30,11 @@ The trainer process's torch pools are sized by ``trainer.host_threads``, as in t
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -258,6 +260,7 @@ def main() -> None:
                         help="also measure the supply from shards made with --max_side=N")
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="the stand-in step (default: what the supply takes for a batch)")
+    parser.add_argument("--rounds", type=int, default=1, help="supply: rounds (medians)")
     parser.add_argument("--gpu-batch", type=int, default=256)
     parser.add_argument("--work", type=Path, help="keep the photographs here")
     args = parser.parse_args()
@@ -277,17 +280,29 @@ def main() -> None:
             print("reference pipeline: skipped (torchvision is not installed)")
         supplied = {}
         for workers in counts:
-            supplied[workers] = supply(stream_epochs(shards, args.batch, workers), args.epochs)
-            line = "supply, {:2d} worker(s): stream {:.0f} images/s".format(
-                workers, supplied[workers])
+            sources = {"stream": functools.partial(stream_epochs, shards, args.batch, workers)}
             if smaller is not None:
-                rate = supply(stream_epochs(smaller, args.batch, workers), args.epochs)
-                line += ", stream from --max_side={} shards {:.0f} ({:.2f}x)".format(
-                    args.max_side, rate, rate / supplied[workers])
+                sources["max_side"] = functools.partial(stream_epochs, smaller, args.batch,
+                                                        workers)
             if has_reference:
-                line += ", reference {:.0f}".format(supply(
-                    reference_epochs(tree, args.batch, workers), args.epochs))
-            print(line)
+                sources["reference"] = functools.partial(reference_epochs, tree, args.batch,
+                                                         workers)
+            rates = {name: [] for name in sources}
+            for round_number in range(args.rounds):  # alternating, medians
+                for name in (list(sources) if round_number % 2 == 0 else list(sources)[::-1]):
+                    rates[name].append(supply(sources[name](), args.epochs))
+            rate = {name: statistics.median(found) for name, found in rates.items()}
+            supplied[workers] = rate["stream"]
+            line = "supply, {:2d} worker(s): stream {:.0f} images/s".format(
+                workers, rate["stream"])
+            if smaller is not None:
+                line += ", stream from --max_side={} shards {:.0f} ({:.2f}x)".format(
+                    args.max_side, rate["max_side"], rate["max_side"] / rate["stream"])
+            if has_reference:
+                line += ", reference {:.0f}".format(rate["reference"])
+            print(line + (" (medians of {} alternating rounds: {})".format(args.rounds, "; ".join(
+                "{} {}".format(name, ", ".join("{:.0f}".format(r) for r in found))
+                for name, found in rates.items())) if args.rounds > 1 else ""))
         workers = max(counts)
         step_seconds = args.step_ms / 1000 or args.batch / supplied[workers]
         print("fed, {} worker(s), a stand-in step of {:.1f} ms:".format(

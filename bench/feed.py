@@ -2,7 +2,9 @@
 [--workers 1,3,7] [--per-class N] [--batch N] [--epochs N] [--max-side N] [--step-ms MS]).
 
 Runs from a plain checkout with torch, Pillow and numpy (torchvision for the reference
-pipeline and the GPU model; no torch_xla, no network): it makes its own photographs
+pipeline and the GPU model; no torch_xla; no network given scikit-image's wheel,
+``--photo-wheel``, which ``tests/photos.py`` keeps in ``.venv/photo-sources``): it makes its
+own photographs
 (``tests/photos.py``: 8 classes, about 370x350 px) and their shards (``make_shards``; with
 ``--max-side`` a second set, stored at most that on the shorter side), then reports:
 
@@ -56,15 +58,17 @@ SIZE = 224
 EVAL_STEP_SHARE = 1 / 3  # a stand-in evaluation step: the forward pass of a training step
 
 
-def photographs(work: Path, per_class: int, max_side: int = 0) -> Tuple[Path, Path]:
+def photographs(work: Path, per_class: int, max_side: int = 0,
+                wheel: Optional[Path] = None) -> Tuple[Path, Path]:
     """(class-folder tree, its shards: ``make_shards --max_side=max_side``) under ``work``,
-    made once."""
+    made once (from scikit-image's photographs in ``wheel``, default: ``tests/photos.py``'s
+    cached copy)."""
     import photos
     from trainer.data.make_shards import convert
 
     tree = work / "tree-{}".format(per_class)
     if not (tree / "val").exists():
-        photos.build(tree, train=per_class, val=max(1, per_class // 8))
+        photos.build(tree, train=per_class, val=max(1, per_class // 8), wheel=wheel)
     shards = work / "shards-{}-{}".format(per_class, max_side)
     if not (shards / "index.json").exists():
         convert(str(tree), str(shards), shard_size=256, max_side=max_side)
@@ -263,10 +267,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="supply: rounds (medians)")
     parser.add_argument("--gpu-batch", type=int, default=256)
     parser.add_argument("--work", type=Path, help="keep the photographs here")
+    parser.add_argument("--photo-wheel", type=Path, help="scikit-image's wheel, where the "
+                        "photographs come from, on a machine without network (default: "
+                        "tests/photos.py's copy in .venv/photo-sources, fetched once)")
     args = parser.parse_args()
     threads = host_threads.apply(host_threads.choose(cores))
     with tempfile.TemporaryDirectory() as scratch:
-        tree, shards = photographs(args.work or Path(scratch), args.per_class)
+        tree, shards = photographs(args.work or Path(scratch), args.per_class,
+                                   wheel=args.photo_wheel)
         smaller = photographs(args.work or Path(scratch), args.per_class, args.max_side)[1] \
             if args.max_side else None
         counts = [int(count) for count in args.workers.split(",")]

@@ -59,17 +59,20 @@ EVAL_STEP_SHARE = 1 / 3  # a stand-in evaluation step: the forward pass of a tra
 
 
 def photographs(work: Path, per_class: int, max_side: int = 0,
-                wheel: Optional[Path] = None) -> Tuple[Path, Path]:
+                wheel: Optional[Path] = None, long_side: int = 0) -> Tuple[Path, Path]:
     """(class-folder tree, its shards: ``make_shards --max_side=max_side``) under ``work``,
     made once (from scikit-image's photographs in ``wheel``, default: ``tests/photos.py``'s
-    cached copy)."""
+    cached copy); ``long_side``: every photograph's long side that, at JPEG quality 90 (the
+    issue's set), else ``tests/photos.py``'s own (300-500 px, quality 75-95)."""
     import photos
     from trainer.data.make_shards import convert
 
-    tree = work / "tree-{}".format(per_class)
+    tree = work / "tree-{}-{}".format(per_class, long_side)
     if not (tree / "val").exists():
-        photos.build(tree, train=per_class, val=max(1, per_class // 8), wheel=wheel)
-    shards = work / "shards-{}-{}".format(per_class, max_side)
+        photos.build(tree, train=per_class, val=max(1, per_class // 8), wheel=wheel,
+                     **({"long_side": (long_side, long_side), "quality": 90}
+                        if long_side else {}))
+    shards = work / "shards-{}-{}-{}".format(per_class, long_side, max_side)
     if not (shards / "index.json").exists():
         convert(str(tree), str(shards), shard_size=256, max_side=max_side)
     return tree, shards
@@ -260,6 +263,9 @@ def main() -> None:
                         "class (8 classes; an eighth as many for evaluation)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--long-side", type=int, default=0, help="photographs of this long "
+                        "side at JPEG quality 90 (500: the issue's set, about 480x450 px; "
+                        "default: tests/photos.py's 300-500 px)")
     parser.add_argument("--max-side", type=int, default=0,
                         help="also measure the supply from shards made with --max_side=N")
     parser.add_argument("--step-ms", type=float, default=0.0,
@@ -274,9 +280,9 @@ def main() -> None:
     threads = host_threads.apply(host_threads.choose(cores))
     with tempfile.TemporaryDirectory() as scratch:
         tree, shards = photographs(args.work or Path(scratch), args.per_class,
-                                   wheel=args.photo_wheel)
-        smaller = photographs(args.work or Path(scratch), args.per_class, args.max_side)[1] \
-            if args.max_side else None
+                                   wheel=args.photo_wheel, long_side=args.long_side)
+        smaller = photographs(args.work or Path(scratch), args.per_class, args.max_side,
+                              long_side=args.long_side)[1] if args.max_side else None
         counts = [int(count) for count in args.workers.split(",")]
         print("{} cores; the trainer process's torch pools: {} intra-op, {} inter-op; "
               "{} at {} px, batch {}, {} epochs; {:.0f} bytes per training image{}".format(

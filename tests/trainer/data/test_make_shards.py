@@ -343,6 +343,7 @@ def test_max_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(
     assert main(["--source", str(broken_photos), "--dest", str(tmp_path / "x"),
                  "--max_side=-1"]) == 64
     source = ShardSource(str(dest), 64, 8, 0, seed=0)
+    assert "16 val examples, stored at most 200 px on the shorter side)" in source.describe()
     try:
         [(x, y)] = list(source.train_batches(0))[:1]
         assert x.shape == (8, 3, 64, 64) and x.dtype == torch.uint8 and len(y) == 8

@@ -392,8 +392,10 @@ lint: $(STAMP)
 ## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
 ## the ImageNet input pipeline on real photographs and its epoch boundary, host 0 of v5e-256
-## scaled (device busy share), and where a run's time goes (input wait) (bench/*.py; about 60
-## minutes on 2 cores). bench/spmd.py --reference-examples
+## scaled (device busy share), where a run's time goes (input wait), the trainer process's CPU
+## against its data workers', which of its threads work, and the input stream at the host's
+## size against a stand-in step (a ResNet-50 step where CUDA is) and the reference pipeline
+## (bench/*.py; about 75 minutes on 2 cores). bench/spmd.py --reference-examples
 ## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
@@ -408,6 +410,9 @@ bench: $(STAMP)
 	$(PY) bench/checkpoint_write.py
 	$(PY) bench/epoch_boundary.py
 	$(PY) bench/host_simulation.py
+	$(PY) bench/feed_cpu.py
+	$(PY) bench/trainer_threads.py
+	$(PY) bench/feed.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

@@ -27,6 +27,8 @@ split; both splits share one class-to-label map.
   (``train-000012_000345``), whatever the file's name; ``KEY.json`` records the source file's
   path and format. A file that cannot be decoded is reported by name and skipped: the count
   and names are in the final line and in the index's ``skipped`` list.
+- ``--max_side=N`` (opt-in) stores images with their shorter side at most N px, scaled down
+  (``shard_image``); the index records N, and another N is another plan.
 
 Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 70 a
 worker process died (run the command again to resume); 74 the source or destination cannot be
@@ -53,8 +55,9 @@ from trainer.data.workers import TOOL_WORKERS_HELP, tool_workers
 from trainer.errors import EX_USAGE, DataError, TrainerError
 
 log = logging.getLogger("trainer")
-# One shard task: (source uri, destination uri, shard name, its files, the plan's fingerprint)
-Task = Tuple[str, str, str, Labelled, str]
+# One shard task: (source uri, destination uri, shard name, its files, the plan's fingerprint,
+# --max_side)
+Task = Tuple[str, str, str, Labelled, str, int]
 
 
 def plan_shards(files: Dict[str, Labelled], shard_size: int, seed: int
@@ -70,20 +73,23 @@ def plan_shards(files: Dict[str, Labelled], shard_size: int, seed: int
     return plan
 
 
-def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]]) -> str:
-    """What identifies a plan: its classes and every shard's files, in order."""
-    digest = hashlib.sha256(json.dumps([classes, plan]).encode())
+def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]], max_side: int = 0
+                ) -> str:
+    """What identifies a plan: its classes, every shard's files, in order, and the largest
+    shorter side it stores (``--max_side``, when set)."""
+    digest = hashlib.sha256(json.dumps([classes, plan] + ([max_side] if max_side else []))
+                            .encode())
     return digest.hexdigest()[:16]
 
 
 def make_shard(task: Task) -> Tuple[Shard, List[str]]:
     """Write one shard and its done-marker; returns (its index entry, skipped files)."""
-    source_uri, dest_uri, name, files, plan = task
+    source_uri, dest_uri, name, files, plan, max_side = task
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     members: List[Tuple[str, bytes]] = []
     skipped = []
     for path, label in files:
-        image = shard_image.stored(source.read_bytes(path))
+        image = shard_image.stored(source.read_bytes(path), max_side)
         if image is None:
             skipped.append(path)
             continue
@@ -170,10 +176,11 @@ LAYOUT = ("SOURCE holds train/<class>/<image> and val/<class>/<image> (ImageNet'
 
 def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 0,
             workers: int = -1, progress_seconds: float = 10.0,
-            val_fraction: Optional[float] = None) -> ShardIndex:
+            val_fraction: Optional[float] = None, max_side: int = 0) -> ShardIndex:
     """Write the shards of ``source_uri`` into ``dest_uri`` (see the module's docstring) and
     return the index written last. ``workers`` -1: one process per host core; 0: none (all
-    in this process). ``val_fraction``: the source is class folders alone, split so."""
+    in this process). ``val_fraction``: the source is class folders alone, split so.
+    ``max_side`` 0: images as they came, else their shorter side at most ``max_side`` px."""
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     # Listing ImageNet on gs:// takes minutes; its own progress lines follow every 10 s.
     if val_fraction is None:
@@ -184,11 +191,11 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
                  val_fraction)
         classes, files = split_class_folders(source, val_fraction)
     plan = plan_shards(files, shard_size, seed)
-    plan_id = fingerprint(classes, plan)
+    plan_id = fingerprint(classes, plan, max_side)
     done = _done_shards(dest, plan_id)
     # What workers stopped mid-write left (a local shard is written to a temporary file first).
     dest.remove_stale_temporaries()
-    tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id)
+    tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id, max_side)
                          for name, shard_files in plan if name not in done]
     total = sum(len(shard_files) for _, shard_files in plan)
     log.info("%s: %d classes, %d train and %d val images -> %d shards in %s (%d done before)",
@@ -213,7 +220,7 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
         if not sum(shard.count for shard in splits[split]):
             raise DataError("none of the {} images in {}/{} could be decoded".format(
                 len(files[split]), source.uri, split), "check that they are image files")
-    index = ShardIndex(classes, splits, skipped)
+    index = ShardIndex(classes, splits, skipped, max_side)
     dest.write_bytes(INDEX_NAME, index.to_json())
     log.info("wrote %s: %d train and %d val examples in %d shards; %d files skipped (cannot "
              "be decoded)%s", dest.join(INDEX_NAME), index.examples("train"),
@@ -269,6 +276,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="for a SOURCE of class folders alone: the share of each class's "
                         "images that goes to val, between 0 and 1 (e.g. 0.05)")
     parser.add_argument("--progress_seconds", type=float, default=10.0)
+    parser.add_argument("--max_side", type=int, default=0,
+                        help="store images with their shorter side at most N px, scaled down "
+                        "(default 0: as they came; docs/data.md says what it saves and costs)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse printed its usage line and the error
@@ -284,8 +294,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise TrainerError("--val_fraction={} is not between 0 and 1".format(
                 args.val_fraction), "e.g. --val_fraction=0.05 puts 5 % of each class in val",
                 EX_USAGE)
+        if args.max_side < 0:
+            raise TrainerError("--max_side must be 0 (images as they came) or a side in px, "
+                               "got {}".format(args.max_side), "e.g. --max_side=256", EX_USAGE)
         convert(args.source, args.dest, args.shard_size, args.seed, args.workers,
-                args.progress_seconds, args.val_fraction)
+                args.progress_seconds, args.val_fraction, args.max_side)
     except TrainerError as error:
         return report(error)
     return 0

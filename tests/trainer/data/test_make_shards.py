@@ -387,3 +387,51 @@ def test_progress_counts_the_rate_and_eta_of_this_run_only():
     assert progress_line(1331, 1331, 0, 1331167, 1331167, 3600.0).endswith(
         "370 images/s, ETA 0m00s")
     assert progress_line(1, 1331, 0, 1000, 1331167, 3.0).endswith("333 images/s, ETA 1h06m")
+
+
+def test_max_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(broken_photos,
+                                                                                tmp_path):
+    """``--max_side=N``: an image whose shorter side is longer than N is scaled to N on that
+    side (the aspect kept), every other one is stored as it came; the index records N, and
+    another N is another plan; the shards train."""
+    from PIL import Image
+
+    from trainer.data.shard_image import scaled_size
+    from trainer.data.shard_source import ShardSource
+
+    dest = tmp_path / "small"
+    assert main(["--source", str(broken_photos), "--dest", str(dest), "--shard_size=5",
+                 "--workers=1", "--max_side=200"]) == 0
+    index = ShardIndex.from_json((dest / "index.json").read_bytes(), "index.json")
+    assert index.max_side == 200 and json.loads((dest / "index.json").read_text())[
+        "max_side"] == 200
+    assert index.examples("train") == 24 and index.examples("val") == 16  # as without
+    sizes, scaled = [], 0
+    for name, _ in index.shards("train") + index.shards("val"):
+        for _, files in read_samples(io.BytesIO((dest / name).read_bytes())):
+            kind = "jpg" if "jpg" in files else "png"
+            source = (broken_photos / json.loads(files["json"])["path"]).read_bytes()
+            with Image.open(io.BytesIO(source)) as original:
+                want = original.size
+            if min(want) > 200:
+                want = scaled_size(want[0], want[1], 200)
+                scaled += 1
+            else:
+                assert files[kind] == source  # kept byte for byte
+            with Image.open(io.BytesIO(files[kind])) as image:
+                sizes.append(image.size)
+                assert image.size == want
+    assert scaled >= 30 and max(min(size) for size in sizes) == 200
+    # Another --max_side is another plan: refused rather than mixed with these shards.
+    assert main(["--source", str(broken_photos), "--dest", str(dest), "--shard_size=5",
+                 "--workers=1", "--max_side=300"]) == 65
+    assert main(["--source", str(broken_photos), "--dest", str(tmp_path / "x"),
+                 "--max_side=-1"]) == 64
+    source = ShardSource(str(dest), 64, 8, 0, seed=0)
+    assert "16 val examples, stored at most 200 px on the shorter side)" in source.describe()
+    try:
+        [(x, y)] = list(source.train_batches(0))[:1]
+        assert x.shape == (8, 3, 64, 64) and x.dtype == torch.uint8 and len(y) == 8
+        assert sum(len(y) for _, y in source.eval_batches()) == 16
+    finally:
+        source.close()

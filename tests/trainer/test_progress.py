@@ -45,7 +45,7 @@ def large_image_shards(tmp_path_factory):
 
     root = photos.build_noise(tmp_path_factory.mktemp("large-images"))
     dest = tmp_path_factory.mktemp("large-image-shards")
-    convert(str(root), str(dest), shard_size=8, workers=1)
+    convert(str(root), str(dest), shard_size=8, workers=0)
     return dest
 
 

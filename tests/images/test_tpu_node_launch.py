@@ -64,7 +64,7 @@ def test_make_local_run_as_documented(images, cloud):
     cloud.api.answer_with(fake.ready(ip="10.9.8.7"))
     extra = " ".join("-e {}={}".format(key, value) for key, value in
                      dict(container_environ(cloud), **STANDIN_XRT).items())
-    result = make("local-run", "PROJECT=test", "IMAGE_URI=" + images["xrt"],
+    result = make("local-run", "PROJECT=test", "RUNTIME=xrt", "IMAGE_URI=" + images["xrt"],
                   "LOCAL_TPU_CONFIG=" + SEED_TPU_CONFIG,
                   "DOCKER_RUN_ARGS=--network host " + extra, "JOB_ARGS=--lr=0.1",
                   env=clean_environ(), timeout=300)

@@ -51,9 +51,10 @@ def wait_for_output(process, needle, timeout=120):
 
 
 def held(needle, *methods):
-    """A proxy rule that holds the first matching request past its timeout (then one retry
-    gets through): the signal is sent while it is held."""
-    return Rule(needle, methods=methods or ("POST", "PUT"), hang_s=3, every=2)
+    """A proxy rule that holds every other matching request, then drops it (its retry gets
+    through): the signal is sent while the first is held. It is sent the moment the hold
+    begins, so one second of holding is ample; each held request costs the run that long."""
+    return Rule(needle, methods=methods or ("POST", "PUT"), hang_s=1, every=2)
 
 
 # phase -> (extra trainer args, proxy rule holding a request, line to wait for, seconds after)

@@ -6,13 +6,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
+.PHONY: run run-imagenet tensorboard test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
-        pin-bases standin-pins
+        pin-bases standin-pins help vertex-status vertex-logs vertex-cancel rehearse-container
+
+# `make` alone lists the targets (make help).
+.DEFAULT_GOAL := help
 
 # --- image and job settings (override on the command line: make build PROJECT=p RUNTIME=pjrt)
 # The base of each profile; an XRT base must match the TPU node's runtime (jobspec/images.py).
-RUNTIME ?= xrt
+# pjrt (Vertex AI, GKE, TPU VMs) by default: xrt is for legacy AI Platform, which has taken no
+# new jobs since 2025-01-31 (make submit names the xrt image by itself).
+RUNTIME ?= pjrt
 BASE_IMAGE_xrt := gcr.io/tpu-pytorch/xla:r1.11_3.7
 BASE_IMAGE_pjrt := us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
 BASE_IMAGE ?= $(BASE_IMAGE_$(RUNTIME))
@@ -30,8 +35,11 @@ TAG ?= $(RUNTIME)
 IMAGE_URI ?= $(IMAGE_REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/$(IMAGE_NAME):$(TAG)
 JOB_NAME ?= pytorch_xla_$(shell date +%Y%m%d_%H%M%S)
 JOB_NAME := $(JOB_NAME)
-CONFIG ?= config/ai-platform-tpu-v3.yaml
 VERTEX_CONFIG ?= config/vertex-tpu-v5e.yaml
+# The job template of RUNTIME's platform (make check-job alone; each submit target sets its own).
+CONFIG_xrt := config/ai-platform-tpu-v3.yaml
+CONFIG_pjrt = $(VERTEX_CONFIG)
+CONFIG ?= $(CONFIG_$(RUNTIME))
 JOB_DIR ?=
 # Vertex AI: the job's output directory (gs://BUCKET/DIR), which the Vertex templates require:
 # the container gets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR under it.
@@ -64,21 +72,50 @@ check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt 
 PIP_INSTALL := $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check
 $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
-	$(PIP_INSTALL) -r requirements/dev.lock
+	$(PIP_INSTALL) --require-hashes --no-deps -r requirements/dev.lock
 	$(PIP_INSTALL) --no-deps -e .
 	rm -rf $(VENV)/gcs2 && $(PIP_INSTALL) --no-deps --target $(VENV)/gcs2 \
 		$$(grep '^google-cloud-storage==' requirements/image-xrt.txt)
 	touch $@
 
+## venv: create .venv from the pinned lock (make run and make test do it when needed).
 venv: $(STAMP)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
 ## and execs the MNIST trainer on the shipped real-digit sample (data/mnist-sample: 2,000
 ## training and 500 test digits; 5 epochs, about 15 s), printing its test accuracy; outputs in
-## runs/mnist-DATE. RUN_ARGS='--fake_data ...' for a smoke run.
-RUN_ARGS ?= --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
+## runs/mnist-DATE. RUN_ARGS come after the defaults, so they add or override one flag each
+## (RUN_ARGS=--num_epochs=1); RUN_ARGS=--fake_data is a smoke run on constant fake data.
+RUN_DEFAULTS = --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
+RUN_ARGS ?=
 run: $(STAMP)
-	$(PY) -m launcher -- $(RUN_ARGS)
+	$(PY) -m launcher -- $(RUN_DEFAULTS) $(RUN_ARGS)
+
+## run-imagenet: the ImageNet trainer locally, through the launcher as on a platform
+## (--trainer 'python -m trainer.imagenet'), on a small class-folder tree made once by
+## data/make_imagenet_sample.py in build/imagenet-sample (4 classes of synthetic JPEGs):
+## ResNet-18 at 32 px, 2 epochs; outputs in runs/imagenet-DATE. IMAGENET_ARGS come after the
+## defaults (IMAGENET_ARGS=--data_dir=DIR for a train/ and val/ tree or shards of your own).
+IMAGENET_SAMPLE := build/imagenet-sample
+IMAGENET_DEFAULTS = --data_dir=$(IMAGENET_SAMPLE) --model=resnet18 --image_size=32 --lr_batch=0 \
+	--batch_size=16 --num_epochs=2 --warmup_epochs=0 --log_steps=4 \
+	--job-dir=runs/imagenet-$$(date +%Y%m%d-%H%M%S)
+IMAGENET_ARGS ?=
+run-imagenet: $(STAMP)
+	test -d $(IMAGENET_SAMPLE) || $(PY) data/make_imagenet_sample.py $(IMAGENET_SAMPLE)
+	$(PY) -m launcher --trainer 'python -m trainer.imagenet' -- $(IMAGENET_DEFAULTS) $(IMAGENET_ARGS)
+
+## tensorboard: TensorBoard on LOGDIR (default runs/: every local run's tensorboard/ events),
+## from a virtual env of its own (build/tensorboard-venv, made once from PyPI: the dev lock
+## leaves TensorBoard out, the trainers write with tensorboardX).
+TENSORBOARD_VERSION ?= 2.21.0
+TENSORBOARD_VENV := build/tensorboard-venv
+LOGDIR ?= runs
+tensorboard:
+	test -x $(TENSORBOARD_VENV)/bin/tensorboard || { $(PYTHON_BOOTSTRAP) -m venv $(TENSORBOARD_VENV) \
+		&& $(TENSORBOARD_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		tensorboard==$(TENSORBOARD_VERSION); }
+	$(TENSORBOARD_VENV)/bin/tensorboard --logdir $(LOGDIR)
 
 ## test: the whole suite, deterministic: property tests run hypothesis's "ci" profile (the
 ## same examples on every machine and every run; make fuzz explores). TensorFlow and torch_xla
@@ -126,12 +163,18 @@ test-images: $(STAMP)
 ## build secret, so it never lands in a layer. DOCKER_BUILD_ARGS adds docker build options
 ## (e.g. --network host on an engine without a bridge network).
 DOCKER_BUILD_ARGS ?=
+# Where Google's base cannot be pulled, docker's last line is a bare "no such host": name the
+# way that needs no Google registry.
+build_offline_hint := make build: docker build failed; if it could not pull BASE_IMAGE (offline, \
+	no such host, denied), rehearse on a local stand-in instead: make rehearse-container \
+	(docs/submitting.md\#rehearse)
 build:
 	$(call check_runtime)
 	$(call require,PROJECT)
 	DOCKER_BUILDKIT=1 $(DOCKER) build $(DOCKER_BUILD_ARGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) \
 		--build-arg RUNTIME=$(RUNTIME) $(if $(PIP_CERT),--secret id=pip_cert$(comma)src=$(PIP_CERT)) \
-		-t $(IMAGE_URI) .
+		-t $(IMAGE_URI) . $(if $(filter $(BASE_IMAGE_$(RUNTIME)),$(BASE_IMAGE)),|| { \
+		status=$$?; echo "$(build_offline_hint)" >&2; exit $$status; })
 
 push:
 	$(call check_runtime)
@@ -144,6 +187,16 @@ push:
 standin-base:
 	$(call check_runtime)
 	DOCKER=$(DOCKER) standin/build.sh $(RUNTIME)
+
+## rehearse-container: the container rehearsal from a fresh machine, without Google's base
+## images (standin/rehearse.sh): a Docker engine (yours, or as root one of its own:
+## tests/images/engine.sh), the stand-in base (make standin-base, once), the image built on it
+## (make build ... DOCKER_BUILD_ARGS=--network=host) and a short run of it on fake data;
+## outputs in runs/rehearsal-DATE. RUNTIME=pjrt (the xrt stand-in has no torch_xla).
+REHEARSAL_IMAGE ?= tpu-xla-rehearsal:$(RUNTIME)
+rehearse-container:
+	$(call check_runtime)
+	RUNTIME=$(RUNTIME) DOCKER=$(DOCKER) REHEARSAL_IMAGE=$(REHEARSAL_IMAGE) standin/rehearse.sh
 
 ## repository: create the Artifact Registry repository IMAGE_URI points at, if it is missing
 ## (a no-op for gcr.io/... URIs). Docker also needs `gcloud auth configure-docker HOST` once.
@@ -174,19 +227,52 @@ check-job: $(STAMP)
 		--base-image $(BASE_IMAGE) --container-args="$$JOB_ARGS" --write $(RENDERED) \
 		$(if $(BASE_OUTPUT_DIR),--base-output-dir "$(BASE_OUTPUT_DIR)")
 
-## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31).
+# The submit targets ask the registry for IMAGE_URI first: a job naming an image that was
+# never pushed would fail only once the platform has started its machines. Artifact Registry
+# answers gcloud (the tool that submits); any other registry (gcr.io included) Docker's
+# manifest lookup, with Docker's login. One line on failure: the tool's last line and the fix.
+image_lookup = $(if $(filter %-docker.pkg.dev,$(AR_HOST)),$(GCLOUD) artifacts docker images describe $(IMAGE_URI),$(DOCKER) manifest inspect $(IMAGE_URI))
+define require_pushed
+@err="$$($(image_lookup) 2>&1 >/dev/null)" || { \
+  echo "make $@: IMAGE_URI $(IMAGE_URI) is not in its registry ($$(printf '%s\n' "$$err" | tail -n 1)); HINT: push it first (make build push PROJECT=$(PROJECT) RUNTIME=$(RUNTIME)), or set IMAGE_URI to a pushed image" >&2; \
+  exit 1; }
+endef
+
+## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31; image profile
+## xrt). Refuses an IMAGE_URI its registry does not have.
+submit: RUNTIME = xrt
 submit: check-job
+	$(require_pushed)
 	$(PY) -m jobspec exec $(GCLOUD) ai-platform jobs submit training $(JOB_NAME) \
 		--project $(PROJECT) --region $(REGION) --config $(RENDERED) \
 		$(if $(JOB_DIR),--job-dir $(JOB_DIR)) --
 
 ## submit-vertex: Vertex AI custom job with a TPU worker pool (image profile pjrt);
-## BASE_OUTPUT_DIR=gs://BUCKET/DIR is where its outputs and checkpoints go.
+## BASE_OUTPUT_DIR=gs://BUCKET/DIR is where its outputs and checkpoints go. Refuses an
+## IMAGE_URI its registry does not have; keeps the job's name in build/vertex-job for
+## vertex-status, vertex-logs and vertex-cancel.
+VERTEX_JOB_FILE := build/vertex-job
 submit-vertex: CONFIG = $(VERTEX_CONFIG)
 submit-vertex: RUNTIME = pjrt
 submit-vertex: check-job
+	$(require_pushed)
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
-		--display-name $(JOB_NAME) --config $(RENDERED)
+		--display-name $(JOB_NAME) --config $(RENDERED) --format='value(name)' \
+		> $(VERTEX_JOB_FILE).new
+	mv $(VERTEX_JOB_FILE).new $(VERTEX_JOB_FILE)
+	@echo "submitted $$(cat $(VERTEX_JOB_FILE)): make vertex-status, vertex-logs or vertex-cancel"
+
+## vertex-status / vertex-logs / vertex-cancel: describe, follow the logs of, or cancel the
+## Vertex AI job make submit-vertex submitted last (VERTEX_JOB=ID or its full name for
+## another one; a bare ID needs PROJECT and REGION).
+VERTEX_JOB ?= $(shell cat $(VERTEX_JOB_FILE) 2>/dev/null)
+vertex_job_args = $(VERTEX_JOB) $(if $(findstring /,$(VERTEX_JOB)),,$(call require,PROJECT)--project $(PROJECT) --region $(REGION))
+vertex-status vertex-logs vertex-cancel: vertex-%:
+	$(if $(strip $(VERTEX_JOB)),,$(error VERTEX_JOB is not set and $(VERTEX_JOB_FILE) holds no job: make submit-vertex first, or make $@ VERTEX_JOB=ID PROJECT=... REGION=...))
+	$(GCLOUD) ai custom-jobs $(vertex_verb_$*) $(vertex_job_args)
+vertex_verb_status := describe
+vertex_verb_logs := stream-logs
+vertex_verb_cancel := cancel
 
 ## submit-gke: a JobSet on one TPU slice of a GKE cluster (docs/gke.md; image profile pjrt):
 ## fills the image by digest, JOB_ARGS (they replace the template's args) and GKE_JOB_NAME into
@@ -306,8 +392,10 @@ lint: $(STAMP)
 ## bench: launcher reaction and overhead, trainer start-up and its system calls, trainer
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
 ## the ImageNet input pipeline on real photographs and its epoch boundary, host 0 of v5e-256
-## scaled (device busy share), and where a run's time goes (input wait) (bench/*.py; about 60
-## minutes on 2 cores). bench/spmd.py --reference-examples
+## scaled (device busy share), where a run's time goes (input wait), the trainer process's CPU
+## against its data workers', which of its threads work, and the input stream at the host's
+## size against a stand-in step (a ResNet-50 step where CUDA is) and the reference pipeline
+## (bench/*.py; about 75 minutes on 2 cores). bench/spmd.py --reference-examples
 ## DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
@@ -322,20 +410,25 @@ bench: $(STAMP)
 	$(PY) bench/checkpoint_write.py
 	$(PY) bench/epoch_boundary.py
 	$(PY) bench/host_simulation.py
+	$(PY) bench/feed_cpu.py
+	$(PY) bench/trainer_threads.py
+	$(PY) bench/feed.py
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=
 bench-images: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) bench/images.py $(BENCH_ARGS)
 
-## lock: re-resolve requirements/dev.in into requirements/dev.lock, and both image locks.
+## lock: make lock-dev and make lock-images.
 lock: lock-dev lock-images
 
+## lock-dev: re-resolve requirements/dev.in into requirements/dev.lock, every package with the
+## sha256 of its file (imagebuild/dev_lock.py; make venv installs it with --require-hashes).
 lock-dev:
 	rm -rf /tmp/lock-venv && $(PYTHON_BOOTSTRAP) -m venv /tmp/lock-venv
 	/tmp/lock-venv/bin/pip install --quiet --no-cache-dir -r requirements/dev.in
-	( echo "# Fully pinned resolution of requirements/dev.in for Python 3.11 (\`make lock\` regenerates it)."; \
-	  /tmp/lock-venv/bin/pip freeze ) > requirements/dev.lock
+	/tmp/lock-venv/bin/pip freeze --exclude-editable > /tmp/lock-venv/frozen.txt
+	/tmp/lock-venv/bin/python -m imagebuild.dev_lock /tmp/lock-venv/frozen.txt requirements/dev.lock
 
 ## lock-images: requirements/image-xrt.lock and image-pjrt.lock, every package each Dockerfile
 ## build installs with its sha256, resolved by pip inside the stand-ins (imagebuild/lock.py;
@@ -355,12 +448,13 @@ lock-images: $(STAMP)
 standin-pins: $(STAMP)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m imagebuild.standin_pins xrt pjrt
 
-## pin-bases: pin each profile's base image to the digest its tag points at now, pulled with
-## your registry access (imagebuild/pin_bases.py): Makefile, Dockerfile, cloudbuild.yaml and
+## pin-bases: pin each profile's base image to the digest its tag points at now, asked of the
+## registry's API without pulling (imagebuild/pin_bases.py; gcloud's token where the
+## registry refuses an anonymous one): Makefile, Dockerfile, cloudbuild.yaml and
 ## jobspec/images.py then name NAME:TAG@sha256:..., which Docker pulls by the digest alone (the
 ## tag is ignored): a tag pushed again changes nothing until pin-bases runs again.
 pin-bases: $(STAMP)
-	DOCKER=$(DOCKER) $(PY) -m imagebuild.pin_bases
+	$(PY) -m imagebuild.pin_bases
 
 ## sbom: print the CycloneDX SBOM the build wrote into IMAGE_URI (/app/sbom.cdx.json) and keep
 ## a copy in build/sbom-RUNTIME.cdx.json.
@@ -371,5 +465,13 @@ sbom:
 	$(DOCKER) run --rm --network none --entrypoint cat $(IMAGE_URI) /app/sbom.cdx.json \
 		| tee build/sbom-$(RUNTIME).cdx.json
 
+## clean: remove .venv and the test caches.
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+## help: this list (also what `make` alone prints): each target's `##` comment in this
+## Makefile. Variables and their defaults: docs/submitting.md.
+help:
+	@echo "usage: make TARGET [NAME=value ...]"
+	@awk '/^## / { text = substr($$0, 4); print (block ? "      " : "\n  ") text; block = 1; next } \
+		{ block = 0 }' $(firstword $(MAKEFILE_LIST))

@@ -3,23 +3,24 @@ image to the digest its tag points at now.
 
 A base is named in four places that must agree (tests/delivery): the Makefile's
 ``BASE_IMAGE_xrt``/``BASE_IMAGE_pjrt``, the Dockerfile's default, cloudbuild.yaml's defaults
-and the pairing table in jobspec/images.py. For each profile this pulls ``NAME:TAG`` with the
-user's registry access, reads the digest the registry answered (``RepoDigests``) and rewrites
-every reference to that base in the four files as ``NAME:TAG@sha256:...``. Docker then pulls
-and builds that image by its digest alone: the tag in the reference is ignored (it is there for
-readers), so a tag pushed again changes nothing, and only a digest the registry no longer
-serves fails the build. Run it again to move the pins (a new digest of the same tag).
+and the pairing table in jobspec/images.py. For each profile this asks the registry which
+digest ``NAME:TAG`` points at now (its HTTP API, ``imagebuild.registry``: nothing is pulled,
+where a pull of the pjrt base is about 7 GB) and rewrites every reference to that base in the
+four files as ``NAME:TAG@sha256:...``. Docker then pulls and builds that image by its digest
+alone: the tag in the reference is ignored (it is there for readers), so a tag pushed again
+changes nothing, and only a digest the registry no longer serves fails the build. Run it
+again to move the pins (a new digest of the same tag).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List
+
+from imagebuild.registry import RegistryError, manifest_digest
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = ("Makefile", "Dockerfile", "cloudbuild.yaml", "jobspec/images.py")
@@ -43,22 +44,13 @@ def without_digest(reference: str) -> str:
     return reference.split("@", 1)[0]
 
 
-def registry_digest(reference: str, docker: str) -> str:
-    """``sha256:...`` of ``reference``'s tag as its registry serves it now (pulls it)."""
-    tagged = without_digest(reference)
-    pulled = subprocess.run([docker, "pull", tagged], capture_output=True, text=True)
-    if pulled.returncode != 0:
-        raise PinError("cannot pull {}: {}".format(tagged, " ".join(
-            pulled.stderr.split())[-300:]))
-    digests = subprocess.run([docker, "image", "inspect", "--format",
-                              "{{range .RepoDigests}}{{println .}}{{end}}", tagged],
-                             capture_output=True, text=True, check=True).stdout.split()
-    repository = tagged.rsplit(":", 1)[0] if ":" in tagged.rsplit("/", 1)[-1] else tagged
-    for entry in digests:
-        name, _, digest = entry.partition("@")
-        if name == repository:
-            return digest
-    raise PinError("{} has no registry digest for {} ({})".format(tagged, repository, digests))
+def registry_digest(reference: str) -> str:
+    """``sha256:...`` of ``reference``'s tag as its registry serves it now, asked of the
+    registry's API: nothing is pulled (``imagebuild.registry``)."""
+    try:
+        return manifest_digest(without_digest(reference))
+    except RegistryError as error:
+        raise PinError(str(error))
 
 
 def pin(root: Path, tagged: str, digest: str) -> List[str]:
@@ -81,18 +73,18 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--root", type=Path, default=REPO,
                         help="the checkout whose files to rewrite (default: this one)")
     args = parser.parse_args(argv)
-    docker = os.environ.get("DOCKER", "docker")
     try:
         for runtime, reference in sorted(current_bases(args.root).items()):
             tagged = without_digest(reference)
-            digest = registry_digest(tagged, docker)
+            digest = registry_digest(tagged)
             changed = pin(args.root, tagged, digest)
             print("{}: {}@{} ({})".format(runtime, tagged, digest,
                                           ", ".join(changed) or "already pinned"))
     except PinError as error:
         print("pin-bases: {}".format(error), file=sys.stderr)
-        print("HINT: log in to the base's registry (gcloud auth configure-docker HOST) and run "
-              "make pin-bases again", file=sys.stderr)
+        print("HINT: check the network and your access to the base's registry (gcloud auth "
+              "login; gcloud auth print-access-token must work) and run make pin-bases again",
+              file=sys.stderr)
         return 69
     return 0
 

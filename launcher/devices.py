@@ -59,13 +59,19 @@ def gke_process_addresses(environ: Mapping[str, str]) -> bool:
 @dataclass(frozen=True)
 class DeviceCount:
     """``used`` of ``found`` devices on this host (None: not known before the runtime
-    starts), and why."""
+    starts), and why. ``command_decides``: a command of the user's, whose use of them is its
+    own (``host_devices``)."""
 
     used: Optional[int]
     found: Optional[int]
     why: str
+    command_decides: bool = False
 
     def describe(self) -> str:
+        if self.command_decides:
+            found = self.why if self.found is None else "{} on this host ({})".format(
+                self.found, self.why)
+            return found + "; the command decides how many it uses"
         if self.used is None:
             return "decided by the trainer ({})".format(self.why)
         if self.found is None:
@@ -96,6 +102,19 @@ def count_devices(platform: Platform, runtime: XlaRuntime, environ: Mapping[str,
         return DeviceCount(int(requested), found, "--devices={}; {}".format(requested, source))
     return DeviceCount(None, found, "--devices={}, {}: the trainer checks it".format(
         requested, source))
+
+
+def host_devices(platform: Platform, runtime: XlaRuntime, environ: Mapping[str, str]
+                 ) -> DeviceCount:
+    """The devices ``runtime`` finds on ``platform`` for a command of the user's: how many it
+    uses, and whether as one SPMD program, is its own choice (``--devices`` and the SPMD
+    program are the bundled trainers'), so nothing is said about it."""
+    if runtime.name != PJRT:
+        return DeviceCount(None, _tpu_devices(platform), "torch_xla {} drives one device per "
+                           "process".format(runtime.torch_xla_version or "1.x"),
+                           command_decides=True)
+    found, source = _pjrt_devices(platform, environ)
+    return DeviceCount(None, found, source, command_decides=True)
 
 
 def requested_devices(trainer_args: Sequence[str]) -> Optional[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.address import Endpoint, parse_endpoint
-from launcher.devices import DeviceCount, count_devices, stale_topology
+from launcher.devices import DeviceCount, count_devices, host_devices, stale_topology
 from launcher.errors import ConfigError, TpuApiError, UsageError
 from launcher.init import DEFAULT_INIT_MODE, Handover, find_init, plan_handover
 from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
@@ -81,11 +81,13 @@ def plan_launch(options: LaunchOptions, environ: Mapping[str, str], log: Callabl
         except ConfigError as error:  # the API's answer, not the user's configuration
             raise TpuApiError("the Cloud TPU API answered with an unusable address: {}".format(
                 error.message), "check TPU_API_DISCOVERY_URL or report the API's response")
+    bundled = is_bundled_trainer(command)
     handover = plan_handover(options.init, os.getpid() == 1 if is_pid1 is None else is_pid1,
-                             is_bundled_trainer(command), find_init(environ))
+                             bundled, find_init(environ))
+    devices = (count_devices(platform, runtime, environ, command[1:]) if bundled
+               else host_devices(platform, runtime, environ))
     return LaunchPlan(platform, runtime, endpoint, runtime_env(platform, runtime, endpoint),
-                      command, count_devices(platform, runtime, environ, command[1:]),
-                      stale_topology(environ), handover)
+                      command, devices, stale_topology(environ), handover)
 
 
 def is_bundled_trainer(command: Sequence[str]) -> bool:

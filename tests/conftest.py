@@ -74,6 +74,19 @@ _PLATFORM_VARIABLES = ("TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC", "TPU_NAME", "X
                        "GOOGLE_APPLICATION_CREDENTIALS", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
 
 
+def wait_for_line(process, needle: str, timeout: float = 180) -> None:
+    """Read ``process``'s stdout until a line contains ``needle``; fails if it ends or
+    ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if needle in line:
+            return
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError("the trainer never printed {!r}".format(needle))
+
+
 def clean_environ(**extra: str) -> Dict[str, str]:
     """This process's environment without any platform variable, plus ``extra``."""
     # XLA_USE_SPMD is how torch_xla marks *this* process as SPMD (the spmd session's): a

@@ -60,7 +60,7 @@ def source_photos(wheel: Optional[Path] = None) -> Dict[str, "object"]:
                 for name, file in SOURCES.items()}
 
 
-def _sample(photo, rng: random.Random):
+def _sample(photo, rng: random.Random, long_side: Tuple[int, int] = (300, 500)):
     from PIL import Image, ImageEnhance
 
     width, height = photo.size
@@ -77,13 +77,16 @@ def _sample(photo, rng: random.Random):
     if rng.random() < 0.5:
         image = image.transpose(Image.FLIP_LEFT_RIGHT)
     image = ImageEnhance.Brightness(image).enhance(rng.uniform(0.85, 1.15))
-    scale = rng.randint(300, 500) / max(w, h)
+    scale = rng.randint(*long_side) / max(w, h)
     return image.resize((max(1, int(w * scale)), max(1, int(h * scale))), Image.BILINEAR)
 
 
 def build(dest: Path, train: int = 24, val: int = 8, broken: bool = False, seed: int = 0,
-          wheel: Optional[Path] = None) -> Path:
-    """Write the set under ``dest`` (see the module's docstring); returns ``dest``."""
+          wheel: Optional[Path] = None, long_side: Tuple[int, int] = (300, 500),
+          quality: Optional[int] = None) -> Path:
+    """Write the set under ``dest`` (see the module's docstring); returns ``dest``. The long
+    sides are drawn from ``long_side`` (inclusive), the JPEG qualities from 75-95 unless
+    ``quality`` fixes one (the draws are the same either way)."""
     from PIL import Image
 
     rng = random.Random(seed)
@@ -93,22 +96,23 @@ def build(dest: Path, train: int = 24, val: int = 8, broken: bool = False, seed:
             folder = dest / split / name
             folder.mkdir(parents=True, exist_ok=True)
             for index in range(count):
-                image = _sample(photo, rng)
-                quality = rng.randint(75, 95)
+                image = _sample(photo, rng, long_side)
+                drawn = rng.randint(75, 95)  # drawn whatever ``quality`` says: the same set
+                image_quality = quality or drawn
                 path = folder / "{}_{}_{:03d}.JPEG".format(split, name, index)
                 quirk = (label + index) % count if split == "train" else -1
                 if quirk == 0:
-                    image.convert("L").save(str(path), "JPEG", quality=quality)
+                    image.convert("L").save(str(path), "JPEG", quality=image_quality)
                 elif quirk == 1:
-                    image.convert("CMYK").save(str(path), "JPEG", quality=quality)
+                    image.convert("CMYK").save(str(path), "JPEG", quality=image_quality)
                 elif quirk == 2 and label % 2 == 0:
                     image.save(str(path), "PNG")  # named .JPEG, as a few of ImageNet's are
                 elif quirk == 3 and label == 0:
                     large = image.resize((4000, 4000 * image.height // image.width),
                                          Image.BILINEAR)
-                    large.save(str(path), "JPEG", quality=quality)
+                    large.save(str(path), "JPEG", quality=image_quality)
                 else:
-                    image.save(str(path), "JPEG", quality=quality)
+                    image.save(str(path), "JPEG", quality=image_quality)
     if broken:
         first = sorted(photos)[0]
         good = sorted((dest / "train" / first).glob("*.JPEG"))[-1].read_bytes()

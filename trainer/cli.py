@@ -40,6 +40,7 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
         _configure_storage(os.environ)
         _configure_shared_memory(os.environ)
         config = parse_config(argv)
+        _size_host_threads()
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
         return report(error)
@@ -51,6 +52,14 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
             raise
         return report(died)
     return 0
+
+
+def _size_host_threads() -> None:
+    """The trainer process's torch pools, once, before anything runs (``host_threads``)."""
+    from trainer import host_threads, xla
+    from trainer.data.workers import host_cores
+
+    host_threads.configure(host_cores(), xla.device_type())
 
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort")

@@ -61,8 +61,9 @@ class CompileCache:
                      xla.torch_xla_version())
             return cls()
         if not setting and not xla.loads_cached_programs():
-            log.info("compile cache: off on this device (its runtime cannot load compiled "
-                     "programs); --compile_cache=LOCATION turns it on")
+            log.info("compile cache: off on this device: its runtime writes compiled programs "
+                     "but cannot load them back, so a cache would only cost time here (on a "
+                     "TPU it is on by default)")
             return cls()
         cache = cls(open_dir(location), writes)
         cache._start()

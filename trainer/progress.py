@@ -33,18 +33,24 @@ STALL_SECONDS = 10.0
 @dataclass(frozen=True)
 class InputSetup:
     """What decides the advice of an input-bound run: whether the data is fake (never
-    input-bound), the data workers (0: decoding in the training process) and the host's
-    cores."""
+    input-bound), the data workers (0: decoding in the training process), the host's cores,
+    and whether the batches are decoded images (ImageNet) or cut from arrays in memory
+    (MNIST: no workers, nothing to decode, so worker and image advice would be wrong)."""
 
     fake: bool
     workers: int
     cores: int
+    decodes_images: bool = True
 
 
 def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
     """The ``input-bound`` line for a window of ``steps`` steps that waited ``share`` of its
     time for batches: the fix that applies first on this host."""
-    if setup.workers <= 0:
+    if not setup.decodes_images:
+        fix = ("the batches are cut from memory (nothing to decode), so the host's "
+               "{} cores are busy with the steps themselves: a larger --batch_size per device "
+               "gives each step more work for its fixed cost".format(setup.cores))
+    elif setup.workers <= 0:
         fix = ("decode in worker processes: --num_workers=-1 (one per core but one; this "
                "host has {} cores)".format(setup.cores))
     elif setup.workers < setup.cores - 1:

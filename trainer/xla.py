@@ -304,6 +304,11 @@ def _runtime() -> Any:
     return xr
 
 
+def device_type() -> str:
+    """The runtime's device type (``TPU``, ``CPU``, ``CUDA``...), without starting it."""
+    return _device_type()
+
+
 def _device_type() -> str:
     runtime = _runtime()
     kind = runtime.device_type() if runtime is not None and hasattr(runtime, "device_type") \

@@ -46,8 +46,14 @@ NOT_HERE = {
 }
 # Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
-                   "submit-vertex", "local-run", "sbom", "gke-status", "gke-logs", "gke-delete")
+                   "submit-vertex", "vertex-status", "vertex-logs", "vertex-cancel",
+                   "local-run", "sbom", "help", "gke-status", "gke-logs", "gke-delete")
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
+# gcloud prints the name of the job it created, which make submit-vertex keeps for the
+# vertex-* targets.
+GCLOUD = RECORDER + """case "$*" in "ai custom-jobs create "*)
+  echo projects/123/locations/us-central1/customJobs/456 ;; esac
+"""
 MAKE_WRAPPER = """#!/bin/sh
 # The real make, with variables the Makefile names; targets other than {shimmed} only as a
 # dry run (make -n).
@@ -79,8 +85,9 @@ def shell(tmp_path_factory):
     root = tmp_path_factory.mktemp("doc-commands")
     bin_dir, log = root / "bin", root / "calls.log"
     bin_dir.mkdir()
-    scripts = {name: RECORDER.format(log=log) for name in ("docker", "gcloud", "gsutil",
-                                                           "kubectl", "xpk")}
+    scripts = {name: RECORDER.format(log=log) for name in ("docker", "gsutil", "kubectl",
+                                                           "xpk")}
+    scripts["gcloud"] = GCLOUD.format(log=log)
     scripts["make"] = MAKE_WRAPPER.format(shimmed=", ".join(SHIMMED_TARGETS),
                                           pattern="|".join(SHIMMED_TARGETS),
                                           make=shutil.which("make"))
@@ -94,8 +101,13 @@ def shell(tmp_path_factory):
         env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **environ)
         for name in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PIP_CERT"):
             env.pop(name, None)  # an outer make's settings (make test) are not a reader's
-        result = subprocess.run(["bash", "-c", checked(text)], cwd=str(cwd), env=env,
-                                capture_output=True, text=True, timeout=120)
+        before = set((REPO / "runs").glob("*"))
+        try:
+            result = subprocess.run(["bash", "-c", checked(text)], cwd=str(cwd), env=env,
+                                    capture_output=True, text=True, timeout=120)
+        finally:  # what a block trained into runs/ (the own-code loop) is a reader's, not ours
+            for made in set((REPO / "runs").glob("*")) - before:
+                shutil.rmtree(str(made), ignore_errors=True)
         return result, log.read_text().splitlines()
 
     return run
@@ -131,10 +143,13 @@ def test_the_blocks_reach_the_tools_they_name(shell):
     for reaches gcloud, rendered and validated."""
     result, calls = shell(block_containing("make submit-vertex", page="README").text)
     assert result.returncode == 0, result.stderr
-    assert [call.split()[:4] for call in calls] == [
-        ["gcloud", "ai", "custom-jobs", "create"],
-        ["gcloud", "ai-platform", "jobs", "submit"]]
-    assert "build/pytorch_xla_" in calls[0] and calls[1].endswith(
+    assert [call.split()[:5] for call in calls] == [
+        ["gcloud", "artifacts", "docker", "images", "describe"],
+        ["gcloud", "ai", "custom-jobs", "create", "--project"],
+        ["gcloud", "artifacts", "docker", "images", "describe"],
+        ["gcloud", "ai-platform", "jobs", "submit", "training"]]
+    assert calls[0].endswith(":pjrt") and calls[2].endswith(":xrt")
+    assert "build/pytorch_xla_" in calls[1] and calls[3].endswith(
         "-- --data_dir=gs://my-bucket/mnist --num_epochs=5")
 
 

@@ -3,6 +3,7 @@ argv each tool would get, and clear errors for missing or wrong variables."""
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -10,14 +11,24 @@ import yaml
 
 from conftest import REPO, clean_environ
 
-# Appends its argv as JSON; exits 1 when it contains $RECORDER_FAIL_ON (e.g. "describe").
+# Appends its argv as JSON and prints $RECORDER_STDOUT; exits 1 with a message when its argv
+# contains $RECORDER_FAIL_ON (e.g. "describe").
 RECORDER = """#!/bin/sh
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "{log}"
-case " $* " in *" ${{RECORDER_FAIL_ON:-@none@}} "*) exit 1 ;; esac
+case " $* " in *" ${{RECORDER_FAIL_ON:-@none@}} "*)
+  printf '%s\\n' "$(basename "$0"): warming up" "ERROR: $(basename "$0") $1: NOT_FOUND" >&2
+  exit 1 ;;
+esac
+[ -z "${{RECORDER_STDOUT:-}}" ] || printf '%s\\n' "$RECORDER_STDOUT"
 """
 AR = "us-central1-docker.pkg.dev/my-proj/pytorch-xla/pytorch-xla-trainer"
 DESCRIBE = ["gcloud", "artifacts", "repositories", "describe", "pytorch-xla", "--project",
             "my-proj", "--location", "us-central1"]
+
+
+def image_lookup(uri):
+    """The registry lookup a submit target makes before it submits ``uri``."""
+    return ["gcloud", "artifacts", "docker", "images", "describe", uri]
 
 
 @pytest.fixture
@@ -49,12 +60,26 @@ PJRT_BASE = "us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3
 
 
 def test_build_and_push_to_artifact_registry_by_default(tools):
-    result, calls = tools("build", "PROJECT=my-proj", "RUNTIME=pjrt", "TAG=v1")
+    result, calls = tools("build", "PROJECT=my-proj", "TAG=v1")
     assert result.returncode == 0, result.stderr
     assert calls == [["docker", "build", "--build-arg", "BASE_IMAGE=" + PJRT_BASE,
                       "--build-arg", "RUNTIME=pjrt", "-t", AR + ":v1", "."]]
     _, calls = tools("push", "PROJECT=my-proj")
-    assert calls == [DESCRIBE, ["docker", "push", AR + ":xrt"]]
+    assert calls == [DESCRIBE, ["docker", "push", AR + ":pjrt"]]
+
+
+def test_the_default_image_is_the_one_vertex_ai_submits(tools):
+    """RUNTIME=pjrt by default: `make build push` then `make submit-vertex` submit the image
+    that was pushed (with xrt the default, a never-pushed :pjrt)."""
+    _, pushed = tools("push", "PROJECT=my-proj")
+    result, submitted = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=vdef",
+                              "BASE_OUTPUT_DIR=gs://my-bucket/jobs/d")
+    assert result.returncode == 0, result.stderr
+    assert pushed[-1][-1] == submitted[0][-1] == AR + ":pjrt"
+    # Legacy jobs still get the xrt image, and a check of that profile's template.
+    result, submitted = tools("submit", "PROJECT=my-proj", "JOB_NAME=ldef")
+    assert result.returncode == 0, result.stderr
+    assert submitted[0] == image_lookup(AR + ":xrt")
 
 
 def test_a_missing_repository_is_created_once(tools):
@@ -64,6 +89,53 @@ def test_a_missing_repository_is_created_once(tools):
                                 "--project", "my-proj", "--location", "us-central1",
                                 "--repository-format", "docker", "--description",
                                 "PyTorch/XLA training images"]]
+
+
+def test_run_args_add_to_the_runs_defaults(tools):
+    """The trainer's flags take the last value given: RUN_ARGS after the defaults override
+    one flag each, and the rest (the sample data, the job dir under runs/) stay."""
+    result, _ = tools("-n", "-o", ".venv/.installed", "run",
+                      "RUN_ARGS=--num_epochs=1 --fake_data")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if "-m launcher" in line]
+    args = line.split(" -- ", 1)[1].split()
+    assert args[:2] == ["--data_dir=data/mnist-sample", "--log_steps=10"]
+    assert args[2] == "--job-dir=runs/mnist-$(date"  # +%Y%m%d-%H%M%S): a fresh one each run
+    assert args[-2:] == ["--num_epochs=1", "--fake_data"]
+
+
+def test_a_failed_build_on_googles_base_points_at_the_stand_in_rehearsal(tools):
+    result, _ = tools("build", "PROJECT=my-proj", RECORDER_FAIL_ON="build")
+    assert result.returncode != 0
+    hint = [line for line in result.stderr.splitlines() if line.startswith("make build:")]
+    assert hint == ["make build: docker build failed; if it could not pull BASE_IMAGE (offline, "
+                    "no such host, denied), rehearse on a local stand-in instead: make "
+                    "rehearse-container (docs/submitting.md#rehearse)"]
+    # On a base of one's own (a stand-in already), the failure is docker's alone.
+    result, _ = tools("build", "PROJECT=my-proj", "BASE_IMAGE=tpu-standin:pjrt",
+                      RECORDER_FAIL_ON="build")
+    assert result.returncode != 0 and "make build:" not in result.stderr
+
+
+def test_the_container_rehearsal_builds_on_the_stand_in_and_runs_the_image(tools):
+    """make rehearse-container with an engine that answers and a stand-in it holds: the build
+    a bridgeless engine needs, then a short run whose outputs land in a fresh runs/ folder."""
+    result, calls = tools("rehearse-container")
+    assert result.returncode == 0, result.stderr
+    image = "tpu-xla-rehearsal:pjrt"
+    assert calls[:3] == [["docker", "info"], ["docker", "image", "inspect", "tpu-standin:pjrt"],
+                         ["docker", "build", "--network=host", "--build-arg",
+                          "BASE_IMAGE=tpu-standin:pjrt", "--build-arg", "RUNTIME=pjrt", "-t",
+                          image, "."]]
+    [run] = calls[3:]
+    assert run[:4] == ["docker", "run", "--rm", "--network"] and run[4] == "none"
+    host, mount = run[6].split(":")
+    assert mount == "/job" and re.fullmatch(str(REPO / "runs" / r"rehearsal-\d{8}-\d{6}"), host)
+    assert run[7:] == [image, "--fake_data", "--num_epochs=1", "--num_steps=20", "--job-dir=/job"]
+    os.rmdir(host)
+    result, calls = tools("rehearse-container", "RUNTIME=xrt")
+    assert result.returncode != 0 and calls == []
+    assert "rehearse.sh: RUNTIME=xrt cannot be rehearsed" in result.stderr
 
 
 def test_gcr_io_stays_possible(tools):
@@ -99,7 +171,8 @@ def test_submit_validates_then_submits_with_user_args_after_double_dash(tools):
     result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=job_1", "REGION=europe-west4",
                           "JOB_DIR=gs://b/jobs/1", "JOB_ARGS=--lr=0.1 --fake_data")
     assert result.returncode == 0, result.stderr
-    assert calls == [["gcloud", "ai-platform", "jobs", "submit", "training", "job_1",
+    assert calls == [image_lookup(AR + ":xrt"),
+                     ["gcloud", "ai-platform", "jobs", "submit", "training", "job_1",
                       "--project", "my-proj", "--region", "europe-west4", "--config",
                       "build/job_1.yaml", "--job-dir", "gs://b/jobs/1", "--", "--lr=0.1",
                       "--fake_data"]]
@@ -113,9 +186,10 @@ def test_submit_vertex_puts_args_into_the_container_spec(tools):
     result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=vjob",
                           "JOB_ARGS=--fake_data", "BASE_OUTPUT_DIR=gs://my-bucket/jobs/v")
     assert result.returncode == 0, result.stderr
-    assert calls == [["gcloud", "ai", "custom-jobs", "create", "--project", "my-proj",
+    assert calls == [image_lookup(AR + ":pjrt"),
+                     ["gcloud", "ai", "custom-jobs", "create", "--project", "my-proj",
                       "--region", "us-central1", "--display-name", "vjob", "--config",
-                      "build/vjob.yaml"]]
+                      "build/vjob.yaml", "--format=value(name)"]]
     job = yaml.safe_load((REPO / "build" / "vjob.yaml").read_text())
     assert job["workerPoolSpecs"][0]["containerSpec"] == {"imageUri": AR + ":pjrt",
                                                           "args": ["--fake_data"]}
@@ -133,6 +207,77 @@ def test_submit_vertex_needs_a_cloud_storage_output_directory(tools, value, prob
     assert result.returncode != 0 and calls == []
     assert "baseOutputDirectory.outputUriPrefix: " + problem in result.stderr
     assert "make submit-vertex BASE_OUTPUT_DIR=gs://BUCKET/DIR" in result.stderr
+
+
+@pytest.mark.parametrize("target, extra", [
+    ("submit", []), ("submit-vertex", ["BASE_OUTPUT_DIR=gs://my-bucket/jobs/u"])])
+def test_a_submit_refuses_an_image_its_registry_does_not_have(tools, target, extra):
+    result, calls = tools(target, "PROJECT=my-proj", "JOB_NAME=unpushed", *extra,
+                          RECORDER_FAIL_ON="describe")
+    runtime = "xrt" if target == "submit" else "pjrt"
+    assert result.returncode != 0 and calls == [image_lookup(AR + ":" + runtime)]
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("make " + target)]
+    assert line == (
+        "make {}: IMAGE_URI {}:{} is not in its registry (ERROR: gcloud artifacts: NOT_FOUND); "
+        "HINT: push it first (make build push PROJECT=my-proj RUNTIME={}), or set IMAGE_URI to "
+        "a pushed image".format(target, AR, runtime, runtime))
+
+
+def test_another_registry_is_asked_through_docker(tools):
+    image = "gcr.io/my-proj/t:pjrt"
+    result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=gcr", "IMAGE_URI=" + image,
+                          "BASE_OUTPUT_DIR=gs://my-bucket/jobs/g")
+    assert result.returncode == 0, result.stderr
+    assert calls[0] == ["docker", "manifest", "inspect", image]
+    result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=gcr", "IMAGE_URI=" + image,
+                          "BASE_OUTPUT_DIR=gs://my-bucket/jobs/g", RECORDER_FAIL_ON="inspect")
+    assert result.returncode != 0 and len(calls) == 1
+    assert "(ERROR: docker manifest: NOT_FOUND); HINT: push it first" in result.stderr
+
+
+JOB = "projects/123/locations/europe-west4/customJobs/456"
+
+
+@pytest.mark.parametrize("target, verb", [("vertex-status", "describe"),
+                                          ("vertex-logs", "stream-logs"),
+                                          ("vertex-cancel", "cancel")])
+def test_the_job_submitted_last_has_status_logs_and_cancel(tools, target, verb):
+    result, _ = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=vlast",
+                      "BASE_OUTPUT_DIR=gs://my-bucket/jobs/l", RECORDER_STDOUT=JOB)
+    assert result.returncode == 0, result.stderr
+    assert "submitted {}: make vertex-status, vertex-logs or vertex-cancel".format(JOB) \
+        in result.stdout
+    result, calls = tools(target)  # the full name holds project and region
+    assert result.returncode == 0, result.stderr
+    assert calls == [["gcloud", "ai", "custom-jobs", verb, JOB]]
+    result, calls = tools(target, "VERTEX_JOB=789", "PROJECT=p", "REGION=europe-west4")
+    assert calls == [["gcloud", "ai", "custom-jobs", verb, "789", "--project", "p",
+                      "--region", "europe-west4"]]
+
+
+def test_no_job_to_follow_says_how_to_get_one(tools):
+    (REPO / "build" / "vertex-job").unlink()
+    result, calls = tools("vertex-logs")
+    assert result.returncode != 0 and calls == []
+    assert "VERTEX_JOB is not set and build/vertex-job holds no job: make submit-vertex " \
+        "first" in result.stderr
+    result, calls = tools("vertex-status", "VERTEX_JOB=789")
+    assert result.returncode != 0 and "PROJECT is not set" in result.stderr
+
+
+def test_make_help_lists_every_target_with_its_comment(tools):
+    result, calls = tools()  # make alone
+    assert result.returncode == 0 and calls == [], result.stderr
+    listed = {line.split(":")[0].strip() for line in result.stdout.splitlines()
+              if line.startswith("  ") and not line.startswith("   ")}
+    phony = subprocess.run(["make", "-C", str(REPO), "-pn", "help"], capture_output=True,
+                           text=True).stdout
+    [targets] = [line.split(":", 1)[1].split() for line in phony.splitlines()
+                 if line.startswith(".PHONY:")]
+    named = {name for entry in listed for name in entry.split(" / ")}
+    assert set(targets) <= named, set(targets) - named
+    assert "  vertex-status / vertex-logs / vertex-cancel: describe, follow the logs of" \
+        in result.stdout
 
 
 def test_a_legacy_job_refuses_a_vertex_output_directory(tools):
@@ -157,7 +302,8 @@ def run_env(call):
 
 
 def test_local_run_xrt_resolves_the_named_tpu_node_of_the_project(tools):
-    result, calls = tools("local-run", "PROJECT=p", "TPU_NODE=my-tpu", "JOB_ARGS=--lr=0.1")
+    result, calls = tools("local-run", "PROJECT=p", "RUNTIME=xrt", "TPU_NODE=my-tpu",
+                          "JOB_ARGS=--lr=0.1")
     assert result.returncode == 0, result.stderr
     [call] = calls
     assert call[:6] == ["docker", "run", "--rm", "--shm-size", "16G", "--entrypoint"]
@@ -170,7 +316,7 @@ def test_local_run_xrt_resolves_the_named_tpu_node_of_the_project(tools):
 
 
 def test_local_run_pjrt_rehearses_vertex_ai_without_a_tpu(tools):
-    result, [call] = tools("local-run", "PROJECT=p", "RUNTIME=pjrt")
+    result, [call] = tools("local-run", "PROJECT=p")
     assert result.returncode == 0, result.stderr
     env = run_env(call)
     assert set(env) == {"CLUSTER_SPEC"}  # no TPU_CONFIG: nothing to resolve
@@ -180,11 +326,12 @@ def test_local_run_pjrt_rehearses_vertex_ai_without_a_tpu(tools):
 
 
 def test_local_run_xrt_without_a_tpu_node_says_what_it_needs(tools):
-    result, calls = tools("local-run", "PROJECT=p")
+    result, calls = tools("local-run", "PROJECT=p", "RUNTIME=xrt")
     assert result.returncode != 0 and calls == []
     assert "TPU_NODE is not set" in result.stderr and "RUNTIME=pjrt" in result.stderr
     # A TPU_CONFIG of one's own needs no TPU_NODE.
-    result, [call] = tools("local-run", "PROJECT=p", 'LOCAL_TPU_CONFIG={"tpu_node_name": "t"}')
+    result, [call] = tools("local-run", "PROJECT=p", "RUNTIME=xrt",
+                           'LOCAL_TPU_CONFIG={"tpu_node_name": "t"}')
     assert result.returncode == 0 and run_env(call)["TPU_CONFIG"] == '{"tpu_node_name": "t"}'
 
 
@@ -212,7 +359,7 @@ EXACT_ARGS = [
 def test_job_args_reach_the_legacy_trainer_word_for_word(tools, text, argv):
     result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=exact", "JOB_ARGS=" + text)
     assert result.returncode == 0, result.stderr
-    [call] = calls
+    [_, call] = calls
     assert call[call.index("--") + 1:] == argv
 
 

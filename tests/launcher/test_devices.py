@@ -100,3 +100,22 @@ def test_a_cpu_device_count_that_is_not_a_count_is_refused(value, capsys):
     error, hint = capsys.readouterr().err.strip().splitlines()[-2:]
     assert "CPU_NUM_DEVICES={!r} is not a positive number of devices".format(value) in error
     assert "HINT" in hint
+
+
+@pytest.mark.parametrize("command, line", [
+    # A script of the user's: what the host has, and no claim about --devices or SPMD.
+    (["--", "python", "train.py", "--devices=1"],
+     "launcher: devices: 4 on this host (CPU_NUM_DEVICES=4 CPU devices); the command decides "
+     "how many it uses"),
+    (["--trainer", "python -m trainer.data.make_shards"],
+     "launcher: devices: 4 on this host (CPU_NUM_DEVICES=4 CPU devices); the command decides "
+     "how many it uses"),
+    # The bundled trainers' own account stays.
+    (["--trainer", "python -m trainer.imagenet"],
+     "launcher: devices: the trainer uses 4 of 4 on this host (--devices=auto: one SPMD "
+     "program over CPU_NUM_DEVICES=4 CPU devices)"),
+])
+def test_the_device_line_claims_nothing_about_a_command_of_the_users(command, line, capsys):
+    assert main(["--xla-runtime=pjrt", "--host-root=/nonexistent"] + command,
+                {"CPU_NUM_DEVICES": "4"}, RecordingExec()) == 0
+    assert line in capsys.readouterr().err.splitlines()

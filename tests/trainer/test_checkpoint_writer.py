@@ -13,13 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import torch
 from gcs_fault_proxy import Rule
 
-from conftest import REPO, clean_environ
+from conftest import REPO, clean_environ, wait_for_line
 from trainer.checkpoint_writer import BackgroundWriter
 from trainer.checkpoints import CheckpointStore, checkpoint_name
 from trainer.errors import StorageError
@@ -87,17 +86,6 @@ def start(job, proxy, tmp_path, run=RUN):
                           TRAINER_GCS_RETRY_DEADLINE="60", HOME=str(tmp_path),
                           TMPDIR=str(scratch)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_line(process, needle, timeout=180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if needle in line:
-            return
-        if not line and process.poll() is not None:
-            break
-    raise AssertionError("the trainer never printed {!r}".format(needle))
 
 
 def checkpoint_steps(bucket):

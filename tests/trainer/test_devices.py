@@ -133,3 +133,36 @@ def test_the_vote_tells_stops_and_due_checkpoints_apart_on_every_slice_size(size
                                 lambda: False, None, torch.device("cpu"))
     summed = torch.tensor(float(stops + (total + 1) * dues), dtype=torch.float32)
     assert vote._read(summed) == devices.Agreed(stops > 0, dues > 0)
+
+
+def test_a_stop_during_an_input_wait_ends_it_at_once_alone_and_after_the_grace_on_a_slice(
+        monkeypatch):
+    # One process stops at the step reached (the loop checkpoints it); a slice's host waits
+    # SLICE_INPUT_GRACE_S for the step its hosts could agree on, then stops without one.
+    import os
+    import signal
+    import time
+
+    from trainer import stop_signal
+    from trainer.errors import Preempted
+
+    monkeypatch.setattr(stop_signal, "_received", None)
+    monkeypatch.setattr(devices, "SLICE_INPUT_GRACE_S", 0.5)
+
+    def vote(processes):
+        topology = devices.Topology(4 * processes, 4 * processes, 4, 0, processes)
+        return devices.BoundaryVote(topology, stop_signal.received, None, None)
+
+    with stop_signal.caught():
+        with pytest.raises(stop_signal.Stopped):
+            with vote(1).input_wait():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+        started = time.monotonic()
+        with pytest.raises(Preempted) as raised:
+            with vote(2).input_wait():
+                time.sleep(5)  # a read that stalls past the grace
+        assert time.monotonic() - started < 4
+    assert raised.value.exit_code == 143
+    assert raised.value.message.startswith("stopped by SIGTERM after waiting 0.5 s more for "
+                                           "the next batch: no checkpoint at this step")

@@ -23,12 +23,18 @@ from trainer.progress import InputSetup, input_bound_advice
     (InputSetup(False, 2, 8), "--num_workers=7 (now 2; this host has 8 cores), with /dev/shm"),
     (InputSetup(False, 7, 8), "all 8 cores of this host decode already (7 data workers): a host "
                               "with more cores, or smaller images"),
+    # MNIST: arrays in memory, no workers; no advice about decoding or make_shards.
+    (InputSetup(False, 1, 2, decodes_images=False),
+     "the batches are cut from memory (nothing to decode), so the host's 2 cores are busy with "
+     "the steps themselves: a larger --batch_size per device"),
 ])
 def test_the_advice_names_the_fix_that_applies_on_this_host(setup, fix):
     line = input_bound_advice(0.345, 20, setup)
     assert line.startswith("input-bound: the loop waited 34% of the last 20 steps for the "
                            "next batch; ")
     assert fix in line
+    if not setup.decodes_images:
+        assert not re.search(r"decode already|make_shards|--num_workers", line), line
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,8 @@ import pytest
 import torch
 from gcs_fault_proxy import Rule
 
-from conftest import REPO, clean_environ, upload_folder
+from conftest import REPO, clean_environ, upload_folder, wait_for_line
 from trainer import stop_signal
-
-
-def read_until(process, needle, timeout=180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if needle in line:
-            return
-        if not line and process.poll() is not None:
-            break
-    raise AssertionError("the trainer never printed {!r}".format(needle))
 
 
 def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
@@ -45,7 +34,7 @@ def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert stalled.hit.wait(300), "no shard read was held"
-        read_until(process, "step ")  # training is under way
+        wait_for_line(process, "step ")  # training is under way
         time.sleep(3)  # what the worker had prefetched is trained: the loop waits
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
@@ -54,6 +43,7 @@ def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
     finally:
         process.kill()
     assert process.returncode == 143, err
+    print("exit {:.1f} s after SIGTERM".format(took))
     assert took < 10, "exit {:.1f} s after SIGTERM".format(took)
     assert "Traceback" not in err
     stopped = re.search(r"Preempted: stopped by SIGTERM at step (\d+); checkpoint (\S+)", err)
@@ -94,7 +84,7 @@ def test_ctrl_c_in_make_run_checkpoints_at_the_step_and_a_second_one_ends_it_at_
 
     process = make_run()
     try:
-        read_until(process, "step 20/")
+        wait_for_line(process, "step 20/")
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends
         out, err = process.communicate(timeout=120)
     finally:
@@ -108,8 +98,8 @@ def test_ctrl_c_in_make_run_checkpoints_at_the_step_and_a_second_one_ends_it_at_
     # Ctrl-C twice: the second ends the run at once, whatever it was doing.
     process = make_run()
     try:
-        read_until(process, "resumed from")
-        read_until(process, "step ")
+        wait_for_line(process, "resumed from")
+        wait_for_line(process, "step ")
         os.killpg(process.pid, signal.SIGINT)
         time.sleep(0.5)  # two signals at once would merge into one
         sent = time.monotonic()

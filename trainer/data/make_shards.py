@@ -2,17 +2,21 @@
 --source=DIR_OR_GS --dest=DIR_OR_GS``.
 
 The source is ``train/<class>/*`` and ``val/<class>/*`` (ImageNet's layout), local or under
-``gs://``; the destination gets ``train-000000.tar ...``, ``val-000000.tar ...`` (each image,
-its label and its source, webdataset's layout: ``trainer.data.tar_members``) and, last,
-``index.json`` (``trainer.data.shard_index``). Every split is shuffled with ``--seed`` before it
-is cut, so a shard is a random sample of its split; both splits share one class-to-label map.
+``gs://``; or, with ``--val_fraction``, a tree of class folders alone (``<class>/*``), split
+into train and val by a hash of each image's path (``folder_tree.split_class_folders``: the
+same split on every run). The destination gets ``train-000000.tar ...``,
+``val-000000.tar ...`` (each image, its label and its source, webdataset's layout:
+``trainer.data.tar_members``) and, last, ``index.json`` (``trainer.data.shard_index``).
+Every split is shuffled with ``--seed`` before it is cut, so a shard is a random sample of its
+split; both splits share one class-to-label map.
 
 - Each shard is written whole and atomically (a local rename; a GCS object appears only
   once uploaded), then a small ``NAME.json`` beside it records that it is done. Run the same
   command again after an interruption and it writes only the shards still missing; the
   same source and options always make the same plan, and a destination that holds another
   plan's shards is refused.
-- Shards are made in parallel, one process per host core (``--workers``), with a progress
+- Shards are made in parallel, one process per host core (``--workers``: -1 by default; 0
+  makes them in this process, as the trainers' ``--num_workers=0``), with a progress
   line every ``--progress_seconds`` (shards and images done of all, and this run's images,
   rate and ETA). A worker process that dies (the OOM killer, a crash in a decoder) ends the
   run at once with exit 70 and one line naming the shard it was making
@@ -23,6 +27,8 @@ is cut, so a shard is a random sample of its split; both splits share one class-
   (``train-000012_000345``), whatever the file's name; ``KEY.json`` records the source file's
   path and format. A file that cannot be decoded is reported by name and skipped: the count
   and names are in the final line and in the index's ``skipped`` list.
+- ``--max_side=N`` (opt-in) stores images with their shorter side at most N px, scaled down
+  (``shard_image``); the index records N, and another N is another plan.
 
 Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 70 a
 worker process died (run the command again to resume); 74 the source or destination cannot be
@@ -42,15 +48,16 @@ from typing import Dict, List, Optional, Tuple
 
 from trainer import storage
 from trainer.data import shard_image, worker_pool
-from trainer.data.folder_tree import Labelled, read_tree
+from trainer.data.folder_tree import Labelled, read_tree, split_class_folders
 from trainer.data.shard_index import INDEX_NAME, SPLITS, Shard, ShardIndex
 from trainer.data.tar_members import tar_bytes
-from trainer.data.workers import host_cores
+from trainer.data.workers import TOOL_WORKERS_HELP, tool_workers
 from trainer.errors import EX_USAGE, DataError, TrainerError
 
 log = logging.getLogger("trainer")
-# One shard task: (source uri, destination uri, shard name, its files, the plan's fingerprint)
-Task = Tuple[str, str, str, Labelled, str]
+# One shard task: (source uri, destination uri, shard name, its files, the plan's fingerprint,
+# --max_side)
+Task = Tuple[str, str, str, Labelled, str, int]
 
 
 def plan_shards(files: Dict[str, Labelled], shard_size: int, seed: int
@@ -66,20 +73,23 @@ def plan_shards(files: Dict[str, Labelled], shard_size: int, seed: int
     return plan
 
 
-def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]]) -> str:
-    """What identifies a plan: its classes and every shard's files, in order."""
-    digest = hashlib.sha256(json.dumps([classes, plan]).encode())
+def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]], max_side: int = 0
+                ) -> str:
+    """What identifies a plan: its classes, every shard's files, in order, and the largest
+    shorter side it stores (``--max_side``, when set)."""
+    digest = hashlib.sha256(json.dumps([classes, plan] + ([max_side] if max_side else []))
+                            .encode())
     return digest.hexdigest()[:16]
 
 
 def make_shard(task: Task) -> Tuple[Shard, List[str]]:
     """Write one shard and its done-marker; returns (its index entry, skipped files)."""
-    source_uri, dest_uri, name, files, plan = task
+    source_uri, dest_uri, name, files, plan, max_side = task
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     members: List[Tuple[str, bytes]] = []
     skipped = []
     for path, label in files:
-        image = shard_image.stored(source.read_bytes(path))
+        image = shard_image.stored(source.read_bytes(path), max_side)
         if image is None:
             skipped.append(path)
             continue
@@ -157,20 +167,35 @@ def _duration(seconds: float) -> str:
     return "{}h{:02d}m".format(hours, minutes) if hours else "{}m{:02d}s".format(minutes, seconds)
 
 
+# The source layouts, for --help and for the hint when the source has neither.
+LAYOUT = ("SOURCE holds train/<class>/<image> and val/<class>/<image> (ImageNet's layout, the "
+          "same class folders in both); with --val_fraction=F, SOURCE/<class>/<image> alone, "
+          "a share F of each class's images going to val (by a hash of each path: the same "
+          "split on every run)")
+
+
 def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 0,
-            workers: int = 0, progress_seconds: float = 10.0) -> ShardIndex:
+            workers: int = -1, progress_seconds: float = 10.0,
+            val_fraction: Optional[float] = None, max_side: int = 0) -> ShardIndex:
     """Write the shards of ``source_uri`` into ``dest_uri`` (see the module's docstring) and
-    return the index written last. ``workers`` 0: one per host core."""
+    return the index written last. ``workers`` -1: one process per host core; 0: none (all
+    in this process). ``val_fraction``: the source is class folders alone, split so.
+    ``max_side`` 0: images as they came, else their shorter side at most ``max_side`` px."""
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     # Listing ImageNet on gs:// takes minutes; its own progress lines follow every 10 s.
-    log.info("%s: listing train/ and val/", source.uri)
-    classes, files = read_tree(source)
+    if val_fraction is None:
+        log.info("%s: listing train/ and val/", source.uri)
+        classes, files = read_tree(source, missing_hint=LAYOUT)
+    else:
+        log.info("%s: listing the class folders (a share of %g to val)", source.uri,
+                 val_fraction)
+        classes, files = split_class_folders(source, val_fraction)
     plan = plan_shards(files, shard_size, seed)
-    plan_id = fingerprint(classes, plan)
+    plan_id = fingerprint(classes, plan, max_side)
     done = _done_shards(dest, plan_id)
     # What workers stopped mid-write left (a local shard is written to a temporary file first).
     dest.remove_stale_temporaries()
-    tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id)
+    tasks: List[Task] = [(source.uri, dest.uri, name, shard_files, plan_id, max_side)
                          for name, shard_files in plan if name not in done]
     total = sum(len(shard_files) for _, shard_files in plan)
     log.info("%s: %d classes, %d train and %d val images -> %d shards in %s (%d done before)",
@@ -182,7 +207,7 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
     resume = ("run the same command again to resume: it keeps the shards written and makes "
               "the rest")
     for shard, skipped in worker_pool.results(
-            make_shard, tasks, workers or host_cores(), lambda task: "making " + task[2],
+            make_shard, tasks, tool_workers(workers), lambda task: "making " + task[2],
             resume):
         done[shard.name] = (shard, skipped)
         _report_skipped(skipped)
@@ -195,7 +220,7 @@ def convert(source_uri: str, dest_uri: str, shard_size: int = 1000, seed: int = 
         if not sum(shard.count for shard in splits[split]):
             raise DataError("none of the {} images in {}/{} could be decoded".format(
                 len(files[split]), source.uri, split), "check that they are image files")
-    index = ShardIndex(classes, splits, skipped)
+    index = ShardIndex(classes, splits, skipped, max_side)
     dest.write_bytes(INDEX_NAME, index.to_json())
     log.info("wrote %s: %d train and %d val examples in %d shards; %d files skipped (cannot "
              "be decoded)%s", dest.join(INDEX_NAME), index.examples("train"),
@@ -237,25 +262,43 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.make_shards",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", required=True, help="class-folder tree, DIR or gs://...")
+                                     description=__doc__.split("\n\n")[0],
+                                     epilog="The source: " + LAYOUT + ".")
+    parser.add_argument("--source", required=True,
+                        help="class-folder tree, DIR or gs://... (train/ and val/; below)")
     parser.add_argument("--dest", required=True, help="where the shards go, DIR or gs://...")
     parser.add_argument("--shard_size", type=int, default=1000,
                         help="images per shard (default 1000: about 110 MB of ImageNet)")
     parser.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="processes making shards (default 0: one per host core)")
+    parser.add_argument("--workers", type=int, default=-1,
+                        help="making shards: " + TOOL_WORKERS_HELP)
+    parser.add_argument("--val_fraction", type=float, default=None,
+                        help="for a SOURCE of class folders alone: the share of each class's "
+                        "images that goes to val, between 0 and 1 (e.g. 0.05)")
     parser.add_argument("--progress_seconds", type=float, default=10.0)
+    parser.add_argument("--max_side", type=int, default=0,
+                        help="store images with their shorter side at most N px, scaled down "
+                        "(default 0: as they came; docs/data.md says what it saves and costs)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse printed its usage line and the error
         return EX_USAGE if exit_.code else 0
     try:
-        if args.shard_size <= 0 or args.workers < 0:
-            raise TrainerError("--shard_size must be positive and --workers not negative",
-                               "e.g. --shard_size=1000 --workers=0", EX_USAGE)
+        if args.shard_size <= 0:
+            raise TrainerError("--shard_size={} is not positive".format(args.shard_size),
+                               "e.g. --shard_size=1000", EX_USAGE)
+        if args.workers < -1:
+            raise TrainerError("--workers={} is not a number of processes".format(args.workers),
+                               TOOL_WORKERS_HELP, EX_USAGE)
+        if args.val_fraction is not None and not 0 < args.val_fraction < 1:
+            raise TrainerError("--val_fraction={} is not between 0 and 1".format(
+                args.val_fraction), "e.g. --val_fraction=0.05 puts 5 % of each class in val",
+                EX_USAGE)
+        if args.max_side < 0:
+            raise TrainerError("--max_side must be 0 (images as they came) or a side in px, "
+                               "got {}".format(args.max_side), "e.g. --max_side=256", EX_USAGE)
         convert(args.source, args.dest, args.shard_size, args.seed, args.workers,
-                args.progress_seconds)
+                args.progress_seconds, args.val_fraction, args.max_side)
     except TrainerError as error:
         return report(error)
     return 0

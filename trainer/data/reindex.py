@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 from trainer import storage
 from trainer.data import worker_pool
 from trainer.data.shard_index import FORMAT, INDEX_NAME, VERSION, Shard, ShardIndex
-from trainer.data.workers import host_cores
+from trainer.data.workers import TOOL_WORKERS_HELP, tool_workers
 from trainer.errors import EX_USAGE, DataError, TrainerError
 
 log = logging.getLogger("trainer")
@@ -70,7 +70,7 @@ def index_shard(task: Task) -> Shard:
     return shard
 
 
-def reindex(data_dir: str, workers: int = 0) -> Optional[ShardIndex]:
+def reindex(data_dir: str, workers: int = -1) -> Optional[ShardIndex]:
     """Write the current index of the shard set ``data_dir``; None when it had one."""
     root = storage.open_dir(data_dir)
     try:
@@ -91,7 +91,7 @@ def reindex(data_dir: str, workers: int = 0) -> Optional[ShardIndex]:
     log.info("%s: reading %d shards to record where each example is", root.uri, len(tasks))
     resume = "run the same command again: the old index stays until every shard is read"
     entries = {shard.name: shard for shard in worker_pool.results(
-        index_shard, tasks, workers or host_cores(), lambda task: "reading " + task[1],
+        index_shard, tasks, tool_workers(workers), lambda task: "reading " + task[1],
         resume)}
     worker_pool.check_complete([task[1] for task in tasks], entries, resume)
     index = ShardIndex(classes, {split: [entries[name] for name, _ in shards]
@@ -110,15 +110,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.data.reindex",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", required=True, help="the shard set, DIR or gs://...")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="processes reading shards (default 0: one per host core)")
+    parser.add_argument("--workers", type=int, default=-1,
+                        help="reading shards: " + TOOL_WORKERS_HELP)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse printed its usage line and the error
         return EX_USAGE if exit_.code else 0
     try:
-        if args.workers < 0:
-            raise TrainerError("--workers must not be negative", "e.g. --workers=0", EX_USAGE)
+        if args.workers < -1:
+            raise TrainerError("--workers={} is not a number of processes".format(args.workers),
+                               TOOL_WORKERS_HELP, EX_USAGE)
         reindex(args.data_dir, args.workers)
     except TrainerError as error:
         return report(error)

@@ -139,6 +139,9 @@ class ShardIndex:
     classes: List[str]
     splits: Dict[str, List[Shard]]
     skipped: List[str] = field(default_factory=list)  # source files that could not be decoded
+    # make_shards --max_side: images were stored with their shorter side at most this (0: as
+    # they came)
+    max_side: int = 0
 
     def entries(self, split: str) -> List[Shard]:
         return list(self.splits.get(split, []))
@@ -159,7 +162,8 @@ class ShardIndex:
             "format": FORMAT, "version": VERSION, "classes": self.classes,
             "splits": {split: [shard.to_dict() for shard in shards]
                        for split, shards in self.splits.items()},
-            "skipped": self.skipped}, indent=1).encode()
+            "skipped": self.skipped, **({"max_side": self.max_side} if self.max_side else {})},
+            indent=1).encode()
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> "ShardIndex":
@@ -180,7 +184,8 @@ class ShardIndex:
             classes = [str(name) for name in raw["classes"]]
             splits = {str(split): [Shard.from_dict(entry) for entry in shards]
                       for split, shards in raw["splits"].items()}
-            return cls(classes, splits, [str(name) for name in raw.get("skipped", [])])
+            return cls(classes, splits, [str(name) for name in raw.get("skipped", [])],
+                       int(raw.get("max_side", 0)))
         except DataError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as error:

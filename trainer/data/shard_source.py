@@ -77,9 +77,10 @@ class ShardSource(stream.StreamSource):
             host.index, seed, image_size, num_workers))
 
     def describe(self) -> str:
-        return "{} shards ({} train, {} val examples), {} data worker(s) per host".format(
+        return "{} shards ({} train, {} val examples{}), {} data worker(s) per host".format(
             self.root.uri, self.index.examples("train"), self.index.examples("val"),
-            self.workers)
+            ", stored at most {} px on the shorter side".format(self.index.max_side)
+            if self.index.max_side else "", self.workers)
 
     def identity(self) -> Dict[str, object]:
         return split_identity(self.index, "train")

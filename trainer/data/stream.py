@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from trainer.batches import Batch, DataSource, RunSchedule, pad_batch
+from trainer.batches import IGNORE_LABEL, Batch, DataSource, RunSchedule, pad_batch
 from trainer.data import epoch_order, images, loader, plan
 from trainer.data.shard_reads import prefetched
 
@@ -186,7 +186,7 @@ class Stream:
         self.next_unit = 0
         # The group being trained: ((kind, epoch, its steps), its original steps' local
         # batches); None before the first.
-        self.held: Optional[Tuple[Tuple[str, Optional[int], range], List[Batch]]] = None
+        self.held: Optional[Tuple[Tuple[str, Optional[int], range], List[List[Batch]]]] = None
         self.generation = 0  # a newer request makes the iterators of older ones stale
         self.starts = 0  # how many times the workers were started
         self.lock = threading.Lock()
@@ -263,9 +263,9 @@ class Stream:
                 if self.held is None or self.held[0] != (kind, epoch, group):
                     self.held = None  # its memory goes before the next group's comes
                     self.held = ((kind, epoch, group), [
-                        self._original_step(original, cut.local_batch) for original in group])
-                batch = (self.held[1][0] if len(group) == 1 else _mixed(
-                    self.held[1], mixing.rows(step, cut, self.spec.host), cut.local_batch))
+                        self._original_step(original) for original in group])
+                batch = (_joined(self.held[1][0], cut.local_batch) if len(group) == 1
+                         else _mixed(self.held[1], mixing.rows(step, cut, self.spec.host)))
                 step += 1
                 # Where the stream is once this batch is taken: the next segment after the
                 # last (a caller that takes exactly the segment's steps never asks again).
@@ -273,12 +273,13 @@ class Stream:
                            else _after(position, self.spec.schedule))
             yield batch
 
-    def _original_step(self, step: int, rows: int) -> Batch:
-        """The units of original step ``step``, the next in the stream, as one local batch."""
+    def _original_step(self, step: int) -> List[Batch]:
+        """The units of original step ``step``, the next in the stream, in order: one local
+        batch in parts (put together by ``_joined`` or ``_mixed``, each image copied once)."""
         parts: List[Item] = []
         while not parts or parts[-1][2] + 1 < parts[-1][3]:
             parts.append(self._next_item(step))
-        return _joined(parts, rows)
+        return [(part[4], part[5]) for part in parts]
 
     def _next_item(self, step: int) -> Item:
         assert self.items is not None
@@ -299,24 +300,39 @@ def _after(position: Position, schedule: RunSchedule) -> Optional[Position]:
     return next(following, None)
 
 
-def _joined(parts: Sequence[Item], rows: int) -> Batch:
-    """A step's units as one local batch of ``rows`` (the last evaluation step padded)."""
+def _joined(parts: Sequence[Batch], rows: int) -> Batch:
+    """A step's parts as one local batch of ``rows`` (the last evaluation step padded, as
+    ``pad_batch`` pads): a single part as it is, several copied once into place."""
     if len(parts) == 1:
-        x, y = parts[0][4], parts[0][5]
-    else:
-        x, y = torch.cat([part[4] for part in parts]), torch.cat([part[5] for part in parts])
-    return pad_batch(x, y, rows)
+        return pad_batch(parts[0][0], parts[0][1], rows)
+    first = parts[0][0]
+    total = sum(len(x) for x, _ in parts)
+    x = first.new_empty((max(rows, total),) + tuple(first.shape[1:]))
+    at = 0
+    for images_part, _ in parts:
+        x[at:at + len(images_part)].copy_(images_part)
+        at += len(images_part)
+    x[total:].zero_()
+    labels = [y for _, y in parts]
+    if total < rows:
+        labels.append(labels[0].new_full((rows - total,), IGNORE_LABEL))
+    return x, torch.cat(labels)
 
 
-def _mixed(batches: Sequence[Batch], rows: List[int], local: int) -> Batch:
-    """Rows ``rows`` (``Mixing.rows``: rows of ``batches``, each of ``local`` rows, end to
-    end) as one batch. A row keeps its place, only its batch changes: each image is copied
-    once, straight into place (an image a call: index_select and index_copy_ by source
-    took 2.5 times as long, 57 against 23 ms for 512 images of 224 px here)."""
-    x = torch.empty_like(batches[0][0])
-    for row, held in enumerate(rows):
-        x[row].copy_(batches[held // local][0][held % local])
-    labels = torch.cat([y for _, y in batches])
+def _mixed(held: Sequence[Sequence[Batch]], rows: List[int]) -> Batch:
+    """Rows ``rows`` (``Mixing.rows``: rows of the group's original steps, each a local
+    batch, end to end) as one batch, taken from each step's parts (``_original_step``) as
+    they came from the workers, so each image is copied once. A row keeps its place, only
+    its step changes: an image a call, straight into place (index_select and index_copy_ by
+    source took 2.5 times as long, 57 against 23 ms for 512 images of 224 px here)."""
+    images_at: List[torch.Tensor] = []  # each row of the group, end to end: a view
+    for parts in held:
+        for images_part, _ in parts:
+            images_at.extend(images_part.unbind(0))
+    x = images_at[0].new_empty((len(rows),) + tuple(images_at[0].shape))
+    for row, source in enumerate(rows):
+        x[row].copy_(images_at[source])
+    labels = torch.cat([y for parts in held for _, y in parts])
     return x, labels.index_select(0, torch.tensor(rows, dtype=torch.int64))
 
 

@@ -39,11 +39,12 @@ class WorkerDied(TrainerError):
 def results(function: Callable[[Any], Any], tasks: Sequence[Any], workers: int,
             doing: Callable[[Any], str], resume: str) -> Iterator[Any]:
     """``function(task)`` for every task, each result as soon as it is ready (in no fixed
-    order): in ``min(workers, len(tasks))`` processes, or in this one when that is 1.
+    order): in ``min(workers, len(tasks))`` processes, or in this one when ``workers`` is 0
+    (none, as a tool's ``--workers=0``) or there is one task at most.
     ``function`` must be a module-level function (it may be pickled). A worker that dies
     raises ``WorkerDied``: "worker process PID was killed by SIGKILL while {doing(task)};
     {resume}", with a hint from how it ended."""
-    if min(workers, len(tasks)) <= 1:
+    if workers <= 0 or len(tasks) <= 1:
         for task in tasks:
             yield function(task)
         return
@@ -141,7 +142,7 @@ class _Pool:
                     "(dmesg names it): fewer --workers need less memory")
         else:
             hint = ("a crash in native code (an image decoder?) on this task's input: if it "
-                    "ends at the same task again, run with --workers=1 to see the crash")
+                    "ends at the same task again, run with --workers=0 to see the crash")
         return WorkerDied(message, hint)
 
     def stop(self) -> None:

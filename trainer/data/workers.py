@@ -26,3 +26,16 @@ def auto_workers(cores: int = 0) -> int:
 def resolve_workers(requested: int) -> int:
     """``--num_workers``: -1 chooses (``auto_workers``), 0 decodes in the training process."""
     return auto_workers() if requested < 0 else requested
+
+
+# The data tools' --workers means what the trainers' --num_workers means: -1 (their default)
+# chooses, 0 runs no worker process (the work is done in the tool's own process).
+TOOL_WORKERS_HELP = ("worker processes: -1 (default) one per host core; 0 none, the work runs "
+                     "in this process; N: N processes")
+
+
+def tool_workers(requested: int) -> int:
+    """A data tool's ``--workers`` (``make_shards``, ``reindex``): -1 one process per host core
+    (no training process shares the host), 0 none (``worker_pool`` then runs every task in
+    this process), else that many."""
+    return host_cores() if requested < 0 else requested

@@ -5,6 +5,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -16,6 +17,7 @@ import worker_kills
 
 import photos as photo_set
 from trainer import storage
+from trainer.data.folder_tree import split_class_folders
 from trainer.data.make_shards import convert, main
 from trainer.data.shard_index import ShardIndex
 from trainer.data.tar_members import read_samples
@@ -137,6 +139,89 @@ def test_command_line_exit_codes(photos, tmp_path):
     assert mismatch.returncode == 65
     assert mismatch.stderr.splitlines()[0].endswith("a only in train/, b only in val/")
     assert "Traceback" not in mismatch.stderr
+
+
+def flat_tree(photos, root, classes=("cat", "coffee", "rocket")):
+    """``root/<class>/<image>``: the photo set's train and val images of ``classes`` in one
+    folder per class, as a user's own collection would be."""
+    for path in sorted(photos.rglob("*.JPEG")):
+        split, cls, name = path.relative_to(photos).parts
+        if cls in classes:
+            (root / cls).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(str(path), str(root / cls / (split + "-" + name)))
+    return root
+
+
+def test_a_tree_of_class_folders_alone_is_split_by_val_fraction(photos, tmp_path):
+    flat = flat_tree(photos, tmp_path / "flat")
+    result = run_make_shards("--source", str(flat), "--dest", str(tmp_path / "shards"),
+                             "--val_fraction=0.25", "--workers=0", "--shard_size=50")
+    assert result.returncode == 0, result.stderr
+    index = ShardIndex.from_json((tmp_path / "shards" / "index.json").read_bytes(), "index")
+    assert index.classes == ["cat", "coffee", "rocket"]
+    found = shard_contents(storage.open_dir(str(tmp_path / "shards")), index)
+    assert len(found["train"]) + len(found["val"]) == 3 * 32
+    assert 0.1 < len(found["val"]) / 96 < 0.4  # about a quarter, by the hash
+    assert {label for _, label in found["val"]} == {0, 1, 2}
+    everything = sorted((path.read_bytes(), ["cat", "coffee", "rocket"].index(path.parent.name))
+                        for path in flat.rglob("*.JPEG"))
+    assert sorted(found["train"] + found["val"]) == everything
+
+
+def test_the_split_is_the_same_every_run_and_keeps_each_image_where_it_was(photos, tmp_path):
+    flat = flat_tree(photos, tmp_path / "flat")
+    _, before = split_class_folders(storage.open_dir(str(flat)), 0.25)
+    assert split_class_folders(storage.open_dir(str(flat)), 0.25)[1] == before
+    shutil.copy2(str(next(flat.glob("cat/*"))), str(flat / "cat" / "new.JPEG"))
+    _, after = split_class_folders(storage.open_dir(str(flat)), 0.25)
+    for split in ("train", "val"):
+        assert set(before[split]) <= set(after[split])
+
+
+def test_split_mistakes_are_one_line_errors_naming_the_flags(photos, tmp_path):
+    flat = flat_tree(photos, tmp_path / "flat", classes=("cat",))
+    dest = str(tmp_path / "out")
+    # A tree of class folders without --val_fraction: the hint says what the tool takes.
+    plain = run_make_shards("--source", str(flat), "--dest", dest)
+    assert plain.returncode == 65 and len(plain.stderr.splitlines()) == 2, plain.stderr
+    assert "no images in {}/train/<class>/".format(flat) in plain.stderr
+    assert "--val_fraction" in plain.stderr
+    assert "--data_dir" not in plain.stderr and "--fake_data" not in plain.stderr
+    # train/ and val/ already: nothing to split.
+    twice = run_make_shards("--source", str(photos), "--dest", dest, "--val_fraction=0.1")
+    assert twice.returncode == 65 and "has train/ and val/ already" in twice.stderr
+    # A class too small for the fraction, and a fraction that is no share.
+    tiny = tmp_path / "tiny"
+    (tiny / "cat").mkdir(parents=True)
+    shutil.copy2(str(next(flat.glob("cat/*"))), str(tiny / "cat" / "only.JPEG"))
+    small = run_make_shards("--source", str(tiny), "--dest", dest, "--val_fraction=0.5")
+    assert small.returncode == 65 and "leaves no" in small.stderr and "cat" in small.stderr
+    for value in ("0", "1", "-0.5"):
+        bad = run_make_shards("--source", str(flat), "--dest", dest, "--val_fraction=" + value)
+        assert bad.returncode == 64 and "--val_fraction" in bad.stderr
+    assert not os.path.exists(dest + "/index.json")
+
+
+def test_workers_mean_what_the_trainers_num_workers_mean(photos, tmp_path):
+    """0: no worker process (made in this one, as --num_workers=0); -1 (the default): one per
+    core; below -1 refused. The help says so, and names the source's layout."""
+    help_text = run_make_shards("--help").stdout
+    assert "0 none, the work runs in this process" in " ".join(help_text.split())
+    assert "train/<class>/<image> and val/<class>/<image>" in " ".join(help_text.split())
+    assert main(["--source", str(photos), "--dest", str(tmp_path), "--workers=-2"]) == 64
+    from trainer.data import worker_pool
+
+    started = []
+    real = worker_pool._Pool
+    worker_pool._Pool = lambda *args: started.append(args) or real(*args)
+    try:
+        flat = flat_tree(photos, tmp_path / "flat", classes=("cat",))
+        convert(str(flat), str(tmp_path / "none"), shard_size=8, workers=0, val_fraction=0.5)
+        assert started == []
+        convert(str(flat), str(tmp_path / "two"), shard_size=8, workers=2, val_fraction=0.5)
+        assert [args[1] for args in started] == [2]
+    finally:
+        worker_pool._Pool = real
 
 
 CJK_STEM = "漢字" * 16  # 96 bytes of UTF-8: over ustar's name field once a number is added
@@ -302,3 +387,51 @@ def test_progress_counts_the_rate_and_eta_of_this_run_only():
     assert progress_line(1331, 1331, 0, 1331167, 1331167, 3600.0).endswith(
         "370 images/s, ETA 0m00s")
     assert progress_line(1, 1331, 0, 1000, 1331167, 3.0).endswith("333 images/s, ETA 1h06m")
+
+
+def test_max_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(broken_photos,
+                                                                                tmp_path):
+    """``--max_side=N``: an image whose shorter side is longer than N is scaled to N on that
+    side (the aspect kept), every other one is stored as it came; the index records N, and
+    another N is another plan; the shards train."""
+    from PIL import Image
+
+    from trainer.data.shard_image import scaled_size
+    from trainer.data.shard_source import ShardSource
+
+    dest = tmp_path / "small"
+    assert main(["--source", str(broken_photos), "--dest", str(dest), "--shard_size=5",
+                 "--workers=1", "--max_side=200"]) == 0
+    index = ShardIndex.from_json((dest / "index.json").read_bytes(), "index.json")
+    assert index.max_side == 200 and json.loads((dest / "index.json").read_text())[
+        "max_side"] == 200
+    assert index.examples("train") == 24 and index.examples("val") == 16  # as without
+    sizes, scaled = [], 0
+    for name, _ in index.shards("train") + index.shards("val"):
+        for _, files in read_samples(io.BytesIO((dest / name).read_bytes())):
+            kind = "jpg" if "jpg" in files else "png"
+            source = (broken_photos / json.loads(files["json"])["path"]).read_bytes()
+            with Image.open(io.BytesIO(source)) as original:
+                want = original.size
+            if min(want) > 200:
+                want = scaled_size(want[0], want[1], 200)
+                scaled += 1
+            else:
+                assert files[kind] == source  # kept byte for byte
+            with Image.open(io.BytesIO(files[kind])) as image:
+                sizes.append(image.size)
+                assert image.size == want
+    assert scaled >= 30 and max(min(size) for size in sizes) == 200
+    # Another --max_side is another plan: refused rather than mixed with these shards.
+    assert main(["--source", str(broken_photos), "--dest", str(dest), "--shard_size=5",
+                 "--workers=1", "--max_side=300"]) == 65
+    assert main(["--source", str(broken_photos), "--dest", str(tmp_path / "x"),
+                 "--max_side=-1"]) == 64
+    source = ShardSource(str(dest), 64, 8, 0, seed=0)
+    assert "16 val examples, stored at most 200 px on the shorter side)" in source.describe()
+    try:
+        [(x, y)] = list(source.train_batches(0))[:1]
+        assert x.shape == (8, 3, 64, 64) and x.dtype == torch.uint8 and len(y) == 8
+        assert sum(len(y) for _, y in source.eval_batches()) == 16
+    finally:
+        source.close()

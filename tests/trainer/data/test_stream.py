@@ -201,3 +201,24 @@ def test_a_run_stopped_after_an_epochs_last_step_resumes_at_its_evaluation(photo
         assert data.stream.starts == 1
     finally:
         data.close()
+
+
+def test_a_step_is_put_together_from_its_parts_as_they_came_each_image_copied_once():
+    """``_joined`` and ``_mixed`` take a step's rows from the units as the workers sent them:
+    the same batch as concatenating first (and padding, as ``pad_batch`` does), and the
+    units' own memory is never written."""
+    from trainer.batches import pad_batch
+    from trainer.data.stream import _joined, _mixed
+
+    parts = [(torch.randint(0, 256, (rows, 3, 4, 4), dtype=torch.uint8),
+              torch.arange(start, start + rows)) for start, rows in ((0, 3), (3, 2), (5, 3))]
+    kept = [(x.clone(), y.clone()) for x, y in parts]
+    whole = (torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts]))
+    for rows in (8, 11):  # the last evaluation step is padded
+        assert same([_joined(parts, rows)], [pad_batch(whole[0], whole[1], rows)])
+    # A group of two original steps of 8 rows (the second in one part): rows taken by index.
+    second = (torch.randint(0, 256, (8, 3, 4, 4), dtype=torch.uint8), torch.arange(8, 16))
+    rows = [9, 1, 2, 11, 4, 13, 6, 15]
+    ends = (torch.cat([whole[0], second[0]]), torch.cat([whole[1], second[1]]))
+    assert same([_mixed([parts, [second]], rows)], [(ends[0][rows], ends[1][rows])])
+    assert same(parts, kept)

@@ -66,9 +66,13 @@ def test_every_result_comes_from_the_worker_processes(no_workers_left):
     assert os.getpid() not in pids and 1 <= len(pids) <= 3
 
 
-def test_one_worker_or_one_task_runs_in_this_process():
-    assert [pid for pid, _ in results(pid_and_double, [1, 2], 1, str, "")] == [os.getpid()] * 2
+def test_no_workers_or_one_task_runs_in_this_process(no_workers_left):
+    """workers=0 is none, as a tool's --workers=0 and the trainers' --num_workers=0 say; one
+    worker is one process of its own."""
+    assert [pid for pid, _ in results(pid_and_double, [1, 2], 0, str, "")] == [os.getpid()] * 2
     assert [pid for pid, _ in results(pid_and_double, [1], 4, str, "")] == [os.getpid()]
+    [one] = {pid for pid, _ in results(pid_and_double, [1, 2], 1, str, "")}
+    assert one != os.getpid()
 
 
 def test_a_sigkilled_worker_is_named_with_its_task_and_the_rest_are_stopped(no_workers_left):

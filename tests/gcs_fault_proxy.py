@@ -72,6 +72,11 @@ class GcsFaultProxy:
             self.rules.append(rule)
         return rule
 
+    def remove(self, rule: Rule) -> None:
+        """Stop breaking what ``rule`` matches (requests it holds now stay held)."""
+        with self._lock:
+            self.rules.remove(rule)
+
     def start(self) -> "GcsFaultProxy":
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

@@ -9,9 +9,11 @@ loading them is what a TPU runtime adds.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 
+import pytest
 import torch_xla
 
 from conftest import REPO, clean_environ
@@ -37,14 +39,29 @@ def summary_of(job):
     return json.loads((job / "summary.json").read_text())
 
 
-def test_second_and_resumed_runs_start_from_a_local_cache(tmp_path):
-    job, cache = tmp_path / "job", tmp_path / "cache"
-    common = ["--job_dir=" + str(job), "--compile_cache=" + str(cache)]
-    run_trainer("--num_epochs=1", *common)
+@pytest.fixture(scope="module")
+def first_epoch(tmp_path_factory):
+    """(job dir, local cache) of one epoch run with an empty cache; the tests below each
+    take copies, so one run serves them all."""
+    root = tmp_path_factory.mktemp("first-epoch")
+    job, cache = root / "job", root / "cache"
+    run_trainer("--num_epochs=1", "--job_dir=" + str(job), "--compile_cache=" + str(cache))
+    return job, cache
+
+
+def copied(folder, destination):
+    shutil.copytree(str(folder), str(destination))
+    return destination
+
+
+def test_second_and_resumed_runs_start_from_a_local_cache(first_epoch, tmp_path):
+    job, cache = copied(first_epoch[0], tmp_path / "job"), copied(first_epoch[1],
+                                                                  tmp_path / "cache")
     first = summary_of(job)["compile_cache"]
     entries = sorted(path.name for path in (cache / RUNTIME).iterdir())
     assert first["entries_at_start"] == 0 and len(entries) == summary_of(job)["compile_count"]
 
+    common = ["--job_dir=" + str(job), "--compile_cache=" + str(cache)]
     resumed = run_trainer("--num_epochs=2", *common)  # resumes from epoch 1's checkpoint
     assert "resumed from" in resumed.stdout
     report = summary_of(job)["compile_cache"]
@@ -53,9 +70,8 @@ def test_second_and_resumed_runs_start_from_a_local_cache(tmp_path):
     assert "could not be loaded" in resumed.stdout  # ... and says it could not use them
 
 
-def test_a_corrupt_entry_is_a_warning_and_is_replaced(tmp_path):
-    cache = tmp_path / "cache"
-    run_trainer("--num_epochs=1", "--compile_cache=" + str(cache))
+def test_a_corrupt_entry_is_a_warning_and_is_replaced(first_epoch, tmp_path):
+    cache = copied(first_epoch[1], tmp_path / "cache")
     damaged = sorted((cache / RUNTIME).iterdir())[0]
     damaged.write_bytes(b"\x00garbage")
     result = run_trainer("--num_epochs=1", "--compile_cache=" + str(cache))

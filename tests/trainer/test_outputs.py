@@ -137,8 +137,9 @@ def metric_lines(bucket):
 def test_a_background_flush_leaves_the_upload_to_a_thread_and_the_last_flush_waits(
         faulty_gcs, monkeypatch):
     bucket, proxy = faulty_gcs
-    # The first upload of the metrics is held for 5 s and dropped; its retry gets through.
-    held = proxy.add(Rule(METRICS, hang_s=5, every=2))
+    # The first upload of the metrics is held for 2 s (far longer than the few calls below
+    # take) and dropped; its retry gets through.
+    held = proxy.add(Rule(METRICS, hang_s=2, every=2))
     with outputs_through(proxy, bucket, monkeypatch) as outputs:
         outputs.record("train", {"loss": 1.0}, 1)
         outputs.flush(background=True)

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, clean_environ, make_image_folder
 from trainer.data.make_shards import convert
 
@@ -21,11 +23,23 @@ def imagenet(*args):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_a_resume_on_a_remade_shard_set_is_refused(photos, photo_shards, tmp_path):
-    data, job = tmp_path / "shards", tmp_path / "job"
+@pytest.fixture(scope="module")
+def first_epoch(photo_shards, tmp_path_factory):
+    """One epoch on a copy of the photo shards: (its data folder, its job dir). The two
+    resumes below share it (a run costs half a minute); each resumes a copy of the job dir,
+    and only the refusal rewrites the data folder."""
+    root = tmp_path_factory.mktemp("first-epoch")
+    data, job = root / "shards", root / "job"
     shutil.copytree(str(photo_shards), str(data))
     first = imagenet("--data_dir=" + str(data), "--job_dir=" + str(job), "--num_epochs=1")
     assert first.returncode == 0, first.stderr
+    return data, job
+
+
+def test_a_resume_on_a_remade_shard_set_is_refused(photos, first_epoch, tmp_path):
+    data, first_job = first_epoch
+    job = tmp_path / "job"
+    shutil.copytree(str(first_job), str(job))
     # The same images, shuffled into the shards by another seed, in the same folder.
     shutil.rmtree(str(data))
     convert(str(photos), str(data), shard_size=24, seed=1, workers=1)
@@ -41,12 +55,14 @@ def test_a_resume_on_a_remade_shard_set_is_refused(photos, photo_shards, tmp_pat
         "ckpt-000000002.pt"]  # nothing was overwritten
 
 
-def test_a_resume_on_the_same_shard_set_goes_on(photo_shards, tmp_path):
+def test_a_resume_on_the_same_shard_set_goes_on(photo_shards, first_epoch, tmp_path):
+    # The shard set the first epoch read, by its identity: a copy of it (photo_shards is what
+    # the first epoch copied) in another folder, so also whatever the refusal did to that one.
     job = tmp_path / "job"
-    for epochs in (1, 2):
-        result = imagenet("--data_dir=" + str(photo_shards), "--job_dir=" + str(job),
-                          "--num_epochs={}".format(epochs))
-        assert result.returncode == 0, result.stderr
+    shutil.copytree(str(first_epoch[1]), str(job))
+    result = imagenet("--data_dir=" + str(photo_shards), "--job_dir=" + str(job),
+                      "--num_epochs=2")
+    assert result.returncode == 0, result.stderr
     assert "resumed from" in result.stdout
 
 

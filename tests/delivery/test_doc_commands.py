@@ -33,7 +33,9 @@ import pytest
 from conftest import REPO, clean_environ
 from doc_blocks import block_containing, checked, commands, shell_blocks
 
-# Blocks that cannot run here, each found by a text only it holds: why, and what checks it.
+OWN_CODE_LOOP = "launcher -- python docs/examples/own-code/train.py"
+# Blocks that cannot run here, or not only for their status, each found by a text only it
+# holds: why, and what checks it.
 NOT_HERE = {
     # Builds an image on the project's pjrt image and stops a container mid-training.
     "docker logs -f rehearsal": "needs a Docker engine and the pjrt image: "
@@ -43,6 +45,8 @@ NOT_HERE = {
                                                          "test_make_shards_takes_its_flags",
     # The launcher's usage line, with [placeholders].
     "python -m launcher [launcher options]": "a synopsis: test_the_launcher_synopsis",
+    # Runs here, once, where its output is checked too.
+    OWN_CODE_LOOP: "trains: test_the_own_code_loop_resumes_from_its_checkpoint",
 }
 # Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
@@ -200,6 +204,20 @@ def test_the_launcher_synopsis(shell):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: python -m launcher")
     assert "-- COMMAND" in block.text and "[trainer args ...]" in block.text
+
+
+def test_the_own_code_loop_resumes_from_its_checkpoint(shell):
+    """docs/own-code.md's first block, pasted twice: each paste trains in a fresh job dir
+    (no resume from the paste before), and its second run resumes from its first."""
+    for _ in range(2):
+        result, _ = shell(block_containing(OWN_CODE_LOOP).text)
+        assert result.returncode == 0, result.stderr[-3000:]
+        lines = result.stdout.splitlines()
+        assert lines[-1] == "done at step 40" and "done at step 20" in lines
+        assert [line for line in lines if line.startswith("resumed")] == [
+            "resumed from step 20"]
+    assert ("launcher: devices: 4 on this host (CPU_NUM_DEVICES=4 CPU devices); the command "
+            "decides how many it uses") in result.stderr
 
 
 def test_make_shards_takes_its_flags(shell):

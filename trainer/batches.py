@@ -97,6 +97,9 @@ class DataSource:
     # What the training order depends on besides the seed and the global batch, as flag
     # name -> value (checked when a run resumes); None: nothing else.
     layout: Optional[Dict[str, int]] = None
+    # Whether its batches are decoded images (data workers, make_shards: the input-bound
+    # advice names them) or cut from arrays in memory (MNIST).
+    decodes_images = True
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         raise NotImplementedError
@@ -134,6 +137,7 @@ class TensorSource(DataSource):
     """A data set held in memory as tensors (MNIST): slicing beats a DataLoader's per-sample
     collation by far. ``augment`` is applied to each training batch on the host."""
 
+    decodes_images = False  # its batches are cut from arrays in memory
     train_x: torch.Tensor
     train_y: torch.Tensor
     eval_x: torch.Tensor
@@ -184,6 +188,9 @@ class FakeSource(DataSource):
     # What the training order depends on besides the seed and the global batch, as flag
     # name -> value (checked when a run resumes); None: nothing else.
     layout: Optional[Dict[str, int]] = None
+    # Whether its batches are decoded images (data workers, make_shards: the input-bound
+    # advice names them) or cut from arrays in memory (MNIST).
+    decodes_images = True
     seed: int = 1
     host: HostPart = WHOLE
     dtype: torch.dtype = torch.float32  # uint8: random bytes, as images arrive

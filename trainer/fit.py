@@ -101,7 +101,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        checkpoints.clock_due(config.checkpoint_minutes))))
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                config.train_steps(steps_per_epoch), outputs.record,
-                               counts.compiled, _input_setup(config),
+                               counts.compiled, _input_setup(config, spec.data),
                                initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
@@ -312,9 +312,10 @@ def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:
     return min(data.steps_per_epoch, config.num_steps or data.steps_per_epoch)
 
 
-def _input_setup(config: TrainConfig) -> InputSetup:
+def _input_setup(config: TrainConfig, data: DataSource) -> InputSetup:
     from trainer.data.workers import host_cores, resolve_workers
 
-    return InputSetup(config.fake_data, resolve_workers(config.num_workers), host_cores())
+    return InputSetup(config.fake_data, resolve_workers(config.num_workers), host_cores(),
+                      data.decodes_images)
 
 

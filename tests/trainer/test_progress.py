@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO, clean_environ
 from trainer.progress import InputSetup, input_bound_advice
@@ -115,3 +116,17 @@ def test_a_fake_data_run_is_never_input_bound(tmp_path):
     # the fake batch is on the device before the first step, so the loop waits for one
     # generator step, microseconds, against steps of milliseconds on any CPU.
     assert summary["input_wait"] < 0.05, summary["input_wait"]
+
+
+def test_the_run_takes_the_advice_of_its_data_mnists_arrays_or_decoded_images(photo_shards):
+    from trainer.batches import TensorSource
+    from trainer.config import TrainConfig
+    from trainer.data.shard_source import ShardSource
+    from trainer.fit import _input_setup
+
+    digits = TensorSource(torch.zeros(4, 1, 2, 2), torch.zeros(4, dtype=torch.int64),
+                          torch.zeros(4, 1, 2, 2), torch.zeros(4, dtype=torch.int64), 2)
+    shards = ShardSource(str(photo_shards), 16, 8, 0, 1)
+    config = TrainConfig(data_dir="unused")
+    assert not _input_setup(config, digits).decodes_images
+    assert _input_setup(config, shards).decodes_images

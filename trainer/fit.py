@@ -80,9 +80,13 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
                                                    hypertune_tag=config.hypertune_metric,
                                                    writes=writes, uploads=checkpoints.writer))
-        log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs", spec.name,
+        train_steps = config.train_steps(steps_per_epoch)
+        log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs%s", spec.name,
                  topology.describe(), xla.device_kind(dev), path, config.precision,
-                 steps_per_epoch, config.epochs(steps_per_epoch))
+                 steps_per_epoch, config.epochs(steps_per_epoch),
+                 "" if train_steps == steps_per_epoch * config.epochs(steps_per_epoch) else
+                 ", ending at step {} ({})".format(train_steps, "--smoke" if config.smoke
+                                                   else "--max_steps"))
         if spec.data.describe():
             log.info("data: %s", spec.data.describe())
         log.info("global batch %d (--batch_size=%d per device x %d); peak learning rate %g "

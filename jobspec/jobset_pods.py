@@ -74,8 +74,10 @@ def failure_policy_rules(job: Dict[str, Any]) -> List[Finding]:
     """Findings in ``spec.failurePolicy.rules`` that JobSet's webhook would refuse."""
     spec = _mapping(job.get("spec"))
     rules = _mapping(spec.get("failurePolicy")).get("rules")
-    jobs = {r.get("name") for r in _list(spec.get("replicatedJobs")) if isinstance(r, dict)}
-    findings, seen = [], set()
+    # Lists, not sets: a manifest may hold a list or a mapping where a name belongs, and
+    # membership in a list compares without hashing.
+    jobs = [r.get("name") for r in _list(spec.get("replicatedJobs")) if isinstance(r, dict)]
+    findings, seen = [], []
     for index, rule in enumerate(_list(rules)):
         if not isinstance(rule, dict):
             continue
@@ -88,7 +90,7 @@ def failure_policy_rules(job: Dict[str, Any]) -> List[Finding]:
         elif name in seen:
             findings.append(Finding(ERROR, path + ".name", "{!r} names an earlier rule "
                                     "too".format(name), "give each rule its own name"))
-        seen.add(name)
+        seen.append(name)
         for i, reason in enumerate(_list(rule.get("onJobFailureReasons"))):
             if reason not in JOB_FAILURE_REASONS:
                 findings.append(Finding(ERROR, "{}.onJobFailureReasons[{}]".format(path, i),
@@ -115,8 +117,8 @@ def pod_rules(job: Dict[str, Any], job_path: str, pod: Dict[str, Any], pod_path:
     """Findings for one replicated job's Job spec ``job`` and pod spec ``pod`` (at their
     paths); ``tpu_containers``: (index, container) of each that asks for ``google.com/tpu``."""
     findings = _restart_policy(job, job_path, pod, pod_path)
-    names = {c.get("name") for key in ("containers", "initContainers")
-             for c in _list(pod.get(key)) if isinstance(c, dict)}
+    names = [c.get("name") for key in ("containers", "initContainers")
+             for c in _list(pod.get(key)) if isinstance(c, dict)]  # a list: see above
     for index, rule in enumerate(_list(_mapping(job.get("podFailurePolicy")).get("rules"))):
         container = _mapping(_mapping(rule).get("onExitCodes")).get("containerName")
         if container is not None and container not in names:

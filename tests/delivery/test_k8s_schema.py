@@ -136,3 +136,19 @@ def test_no_mutation_of_a_valid_manifest_raises_or_breaks_a_line(which, data, ch
             target[key] = value
     for finding in check_job(job):
         assert "\n" not in str(finding) and len(str(finding).splitlines()) == 1
+
+
+@pytest.mark.parametrize("which, path", [
+    # make fuzz: a list where a replicated job's or a container's name belongs.
+    (0, ("spec", "replicatedJobs", 0, "name")),
+    (2, ("spec", "replicatedJobs", 0, "template", "spec", "template", "spec", "containers", 0,
+         "name")),
+])
+def test_a_list_where_a_name_belongs_is_findings_not_a_traceback(which, path):
+    job = copy.deepcopy(JOBS[which])
+    target = job
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = []
+    for finding in check_job(job):
+        assert len(str(finding).splitlines()) == 1

@@ -304,3 +304,19 @@ def test_the_units_of_a_mixed_step_begin_with_its_group():
     assert epoch_order.trained(order, cut, plain, 9, 1) == [
         (shard, example) for shard, first, end in order.take(*cut.host_range(9, 1))
         for example in range(first, end)]
+
+
+@pytest.mark.parametrize("hosts, chips", [(1, 4), (4, 4), (16, 8), (64, 4), (64, 8)])
+def test_units_end_with_the_group_of_the_last_step_trained_and_none_past_the_epoch(hosts,
+                                                                                 chips):
+    # ImageNet's 1,282 shards at 128 images per chip: the units a --num_steps run (or a run
+    # resumed after an epoch's last step) needs, on slices of 1 to 64 hosts.
+    counts = [shard.count for shard in imagenet().entries("train")]
+    cut = Cut(sum(counts), hosts * chips * 128, hosts)
+    order = epoch_order.train_order(counts, 1, 0)
+    mixing = Mixing(1, 0, cut.steps)
+    for end in {1, 5, cut.steps // 2, cut.steps}:
+        steps = {step for step, _, _, _ in epoch_order.units(order, cut, hosts - 1, 0, 32,
+                                                              mixing, end)}
+        assert steps == set(range(mixing.group(end - 1).stop)), (end, cut.steps)
+    assert list(epoch_order.units(order, cut, 0, cut.steps, 32, mixing)) == []

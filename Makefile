@@ -427,7 +427,10 @@ lock: lock-dev lock-images
 lock-dev:
 	rm -rf /tmp/lock-venv && $(PYTHON_BOOTSTRAP) -m venv /tmp/lock-venv
 	/tmp/lock-venv/bin/pip install --quiet --no-cache-dir -r requirements/dev.in
-	/tmp/lock-venv/bin/pip freeze --exclude-editable > /tmp/lock-venv/frozen.txt
+	# --all: plain freeze hides wheel, which astunparse (TensorFlow's) requires; without it a
+	# fresh venv fails pip check. pip and setuptools are the venv's own (ensurepip).
+	/tmp/lock-venv/bin/pip freeze --all --exclude-editable | grep -Ev '^(pip|setuptools)==' \
+		> /tmp/lock-venv/frozen.txt
 	/tmp/lock-venv/bin/python -m imagebuild.dev_lock /tmp/lock-venv/frozen.txt requirements/dev.lock
 
 ## lock-images: requirements/image-xrt.lock and image-pjrt.lock, every package each Dockerfile

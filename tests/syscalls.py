@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 
 class StraceUnavailable(Exception):
@@ -23,13 +23,18 @@ def strace() -> str:
     return path
 
 
-def count(argv: List[str], **run_options) -> Tuple[subprocess.CompletedProcess, Dict[str, int]]:
+def count(argv: List[str], only: Sequence[str] = (), **run_options
+          ) -> Tuple[subprocess.CompletedProcess, Dict[str, int]]:
     """Run ``argv`` under ``strace -f -c`` (``run_options`` as for ``subprocess.run``, whose
-    result comes back with the counts): calls per system call name, and ``total``."""
+    result comes back with the counts): calls per system call name, and ``total``. With
+    ``only`` (names of system calls), just those are counted (``total`` is their sum), and a
+    seccomp filter stops the process at those calls alone: a Python start-up traced whole
+    takes about twice as long as one traced for its mmap calls."""
+    selection = ["-e", "trace=" + ",".join(only), "--seccomp-bpf"] if only else []
     with tempfile.TemporaryDirectory(prefix="syscalls-") as folder:
         summary = os.path.join(folder, "summary")
-        result = subprocess.run([strace(), "-f", "-c", "-o", summary, "--"] + list(argv),
-                                **run_options)
+        result = subprocess.run([strace(), "-f", "-c", "-o", summary] + selection + ["--"]
+                                + list(argv), **run_options)
         text = open(summary).read() if os.path.exists(summary) else ""
     counts = parse_summary(text)
     if "total" not in counts:  # strace itself failed, e.g. PTRACE_TRACEME refused

@@ -38,7 +38,7 @@ def started(request):
         [str(GC_STATS)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     options = dict(cwd=str(REPO), env=environ, capture_output=True, text=True, timeout=600)
     try:
-        result, counts = syscalls.count(argv, **options)
+        result, counts = syscalls.count(argv, only=("mmap",), **options)
         mmaps = counts.get("mmap", 0)
     except syscalls.StraceUnavailable:
         result, mmaps = subprocess.run(argv, **options), None

@@ -126,11 +126,17 @@ tensorboard:
 ## backend capped at NUMERIC_ISA_CAP, which rounds differently from this CPU's widest vectors
 ## (AVX2 or AVX-512): a tolerance that only held on one machine fails here, not on a user's.
 NUMERIC_ISA_CAP ?= SSE4_2
+# The trainer tier on TEST_WORKERS pytest-xdist workers: most of its time is one core busy
+# (a trainer process importing torch_xla, an XLA compile, a test waiting for a hung request
+# or a signal), so on 2 cores two workers take 13 minutes instead of 24. Worksteal hands each
+# worker a run of consecutive tests, so a module's fixtures are mostly made once.
+# TEST_WORKERS=0: one process, in order.
+TEST_WORKERS ?= 2
 test: export HYPOTHESIS_PROFILE = ci
 test: lint
 	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "not tensorflow"
 	$(PY) -m pytest tests/launcher -m tensorflow
-	$(PY) -m pytest tests/trainer -m "not spmd"
+	$(PY) -m pytest tests/trainer -m "not spmd" -n $(TEST_WORKERS) --dist worksteal
 	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd
 	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and not spmd"
 	CPU_NUM_DEVICES=4 XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and spmd"

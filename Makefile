@@ -126,15 +126,17 @@ tensorboard:
 ## backend capped at NUMERIC_ISA_CAP, which rounds differently from this CPU's widest vectors
 ## (AVX2 or AVX-512): a tolerance that only held on one machine fails here, not on a user's.
 NUMERIC_ISA_CAP ?= SSE4_2
-# The trainer tier on TEST_WORKERS pytest-xdist workers: most of its time is one core busy
-# (a trainer process importing torch_xla, an XLA compile, a test waiting for a hung request
-# or a signal), so on 2 cores two workers take 13 minutes instead of 24. Worksteal hands each
-# worker a run of consecutive tests, so a module's fixtures are mostly made once.
+# The launcher and trainer tiers on TEST_WORKERS pytest-xdist workers: most of their time is
+# one core busy (a process importing torch_xla or TensorFlow, an XLA compile, a test waiting
+# for a hung request or a signal), so two workers keep both cores of a 2-core machine busy.
+# Trainer tier: worksteal hands each worker a run of consecutive tests, so a module's fixtures
+# are mostly made once. Launcher tier: loadgroup, one test at a time, except the modules that
+# write the checkout's build/ and runs/ (conftest.WRITES_THE_CHECKOUT), kept on one worker.
 # TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
 test: export HYPOTHESIS_PROFILE = ci
 test: lint
-	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "not tensorflow"
+	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "not tensorflow" -n $(TEST_WORKERS) --dist loadgroup
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer -m "not spmd" -n $(TEST_WORKERS) --dist worksteal
 	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd

@@ -30,8 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_environ
+from conftest import REPO, WRITES_THE_CHECKOUT, clean_environ
 from doc_blocks import block_containing, checked, commands, shell_blocks
+
+pytestmark = WRITES_THE_CHECKOUT
 
 OWN_CODE_LOOP = "launcher -- python docs/examples/own-code/train.py"
 # Blocks that cannot run here, or not only for their status, each found by a text only it

@@ -9,7 +9,9 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, clean_environ
+from conftest import REPO, WRITES_THE_CHECKOUT, clean_environ
+
+pytestmark = WRITES_THE_CHECKOUT
 
 # Appends its argv as JSON and prints $RECORDER_STDOUT; exits 1 with a message when its argv
 # contains $RECORDER_FAIL_ON (e.g. "describe").

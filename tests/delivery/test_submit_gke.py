@@ -14,7 +14,9 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, clean_environ
+from conftest import REPO, WRITES_THE_CHECKOUT, clean_environ
+
+pytestmark = WRITES_THE_CHECKOUT
 
 # Records its argv and the manifest it was given on stdin; exits 1 (as kubectl create does
 # for a name that exists) when $KUBECTL_FAIL is set.

@@ -33,13 +33,13 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from trainer.batches import IGNORE_LABEL, Batch, DataSource, RunSchedule, pad_batch
-from trainer.data import epoch_order, images, loader, plan
+from trainer.data import epoch_order, images, loader, plan, step_ring
 from trainer.data.shard_reads import prefetched
 
 TRAIN, EVAL = "train", "eval"
@@ -50,8 +50,11 @@ Position = Tuple[str, Optional[int], int]
 CLOSE_WAIT_S = 1.0
 # A stream on its own (no run told it its schedule): every epoch evaluated, no end.
 ENDLESS = RunSchedule()
-# What a worker hands over: (unit number, step, part, parts, images, labels).
-Item = Tuple[int, int, int, int, torch.Tensor, torch.Tensor]
+# What a worker hands over: (unit number, step, part, parts, images, labels, group number,
+# rows); images and labels None: the unit is in the step ring (``step_ring``).
+Item = Tuple[int, int, int, int, Optional[torch.Tensor], Optional[torch.Tensor], int, int]
+# A unit with where it goes: (kind, epoch, unit, group number, first row in its step).
+Placed = Tuple[str, Optional[int], epoch_order.Unit, int, int]
 
 
 @dataclass(frozen=True)
@@ -123,27 +126,81 @@ def work_units(spec: StreamSpec, start: Position) -> Iterator[Tuple[str, Optiona
             yield kind, epoch, unit
 
 
-def worker_items(spec: StreamSpec, start: Position, position: int, workers: int
-                 ) -> Iterator[Item]:
+def placed_units(spec: StreamSpec, start: Position) -> Iterator[Placed]:
+    """``work_units`` with where each goes: its group's number from ``start`` on (the step
+    ring's count, ``step_ring``) and its first row in its original step."""
+    number, last, offset = -1, None, 0
+    for kind, epoch, unit in work_units(spec, start):
+        step, part, _, pieces = unit
+        group = (kind, epoch, spec.mixing(kind, epoch).group(step).start)
+        if group != last:
+            number, last = number + 1, group
+        offset = 0 if part == 0 else offset
+        yield kind, epoch, unit, number, offset
+        offset += sum(end - first for _, first, end in pieces)
+
+
+def destinations(spec: StreamSpec, kind: str, epoch: Optional[int], step: int, rows: int
+                 ) -> List[int]:
+    """For each row of the group of original step ``step`` (its original steps' local
+    batches end to end), its row in the group's trained steps, each ``rows`` apart (the
+    step ring's buffers): ``Mixing.rows`` inverted. Evaluation and groups of one step keep
+    every row where it is."""
+    cut, mixing = spec.split(kind).cut, spec.mixing(kind, epoch)
+    group = mixing.group(step)
+    local = cut.local_batch
+    if len(group) == 1:
+        return list(range(local))
+    placed = [0] * (len(group) * local)
+    for trained in group:
+        for row, source in enumerate(mixing.rows(trained, cut, spec.host)):
+            placed[source] = (trained - group.start) * rows + row
+    return placed
+
+
+def worker_items(spec: StreamSpec, start: Position, position: int, workers: int,
+                 ring: Optional[step_ring.StepRing] = None) -> Iterator[Item]:
     """The items worker ``position`` of ``workers`` builds: units ``position``,
-    ``position + workers``, ... of the stream, each read ``RUNS_AHEAD`` units ahead."""
-    mine = itertools.islice(enumerate(work_units(spec, start)), position, None,
-                            max(1, workers))
+    ``position + workers``, ... of the stream, each read ``RUNS_AHEAD`` units ahead. With a
+    ``ring``, each image goes straight to its row there (the item then carries no tensors),
+    unless the consumer holds the unit's slot while it waits for it (``StepRing.claim``)."""
+    mine = itertools.islice(placed_units(spec, start), position, None, max(1, workers))
     mine, ahead = itertools.tee(mine)
-    fetched = prefetched(ahead, lambda numbered, stop: spec.split(numbered[1][0]).reader
-                         .read_run(numbered[1][2][3], stop))
+    fetched = prefetched(ahead, lambda placed, stop: spec.split(placed[0]).reader
+                         .read_run(placed[2][3], stop))
+    number = position
+    placing: Tuple[Any, List[int]] = (None, [])  # the last group's destinations
     try:
-        for number, (kind, epoch, (step, part, parts, pieces)) in mine:
+        for kind, epoch, (step, part, parts, pieces), group, offset in mine:
             split = spec.split(kind)
             examples = split.reader.unpacked(pieces, next(fetched))
             decode = _decoder(kind, epoch, spec, split.reader.root)
-            x = _batch_tensor(len(examples), spec.image_size)
-            labels = []
-            for row, (name, data, label) in enumerate(examples):
-                x[row] = decode(name, data)
-                examples[row] = None  # its bytes go once decoded
-                labels.append(label)
-            yield number, step, part, parts, x, torch.tensor(labels, dtype=torch.int64)
+            if ring is not None and ring.claim(group, position):
+                x, y = ring.destination(group)
+                key = (kind, epoch, spec.mixing(kind, epoch).group(step).start)
+                if placing[0] != key:
+                    placing = (key, destinations(spec, kind, epoch, step, ring.rows))
+                first = (step - key[2]) * split.cut.local_batch + offset
+                for row, (name, data, label) in enumerate(examples):
+                    at = placing[1][first + row]
+                    x[at] = decode(name, data)
+                    y[at] = label
+                    examples[row] = None  # its bytes go once decoded
+                end = offset + len(examples)
+                if part + 1 == parts and end < split.cut.local_batch:  # padded, as pad_batch
+                    x[end:split.cut.local_batch].zero_()
+                    y[end:split.cut.local_batch] = IGNORE_LABEL
+                yield number, step, part, parts, None, None, group, len(examples)
+            else:
+                x = _batch_tensor(len(examples), spec.image_size)
+                labels = []
+                for row, (name, data, label) in enumerate(examples):
+                    x[row] = decode(name, data)
+                    examples[row] = None  # its bytes go once decoded
+                    labels.append(label)
+                yield (number, step, part, parts, x, torch.tensor(labels, dtype=torch.int64),
+                       group, len(x))
+            number += max(1, workers)
     finally:
         fetched.close()
 
@@ -167,12 +224,31 @@ def _batch_tensor(rows: int, size: int) -> torch.Tensor:
 class _Workers(IterableDataset):
     """Worker ``i`` of a DataLoader of ``workers`` iterates ``worker_items(..., i, ...)``."""
 
-    def __init__(self, spec: StreamSpec, start: Position, workers: int) -> None:
-        self.spec, self.start, self.workers = spec, start, workers
+    def __init__(self, spec: StreamSpec, start: Position, workers: int,
+                 ring: Optional[step_ring.StepRing]) -> None:
+        self.spec, self.start, self.workers, self.ring = spec, start, workers, ring
 
     def __iter__(self) -> Iterator[Item]:
         info = get_worker_info()
-        return worker_items(self.spec, self.start, info.id if info else 0, self.workers)
+        return worker_items(self.spec, self.start, info.id if info else 0, self.workers,
+                            self.ring)
+
+
+def new_ring(spec: StreamSpec, workers: int) -> step_ring.StepRing:
+    """The step ring for ``spec``'s workers: ``plan.ring_slots`` groups of the larger
+    segment's local batches."""
+    group = max(spec.train.mixing_steps, spec.val.mixing_steps)
+    rows = max(spec.train.cut.local_batch, spec.val.cut.local_batch)
+    return step_ring.StepRing(plan.ring_slots(group), group, rows, spec.image_size, workers)
+
+
+@dataclass
+class _RingGroup:
+    """A group whose units are all in the step ring: its trained steps are the slot's step
+    buffers, handed out as they are."""
+
+    ring: step_ring.StepRing
+    lease: step_ring.Lease
 
 
 class Stream:
@@ -184,9 +260,13 @@ class Stream:
         self.at: Optional[Position] = None  # where the stream is, None: not running
         self.items: Optional[Iterator[Item]] = None
         self.next_unit = 0
-        # The group being trained: ((kind, epoch, its steps), its original steps' local
-        # batches); None before the first.
-        self.held: Optional[Tuple[Tuple[str, Optional[int], range], List[List[Batch]]]] = None
+        self.ring: Optional[step_ring.StepRing] = None  # the workers' step buffers
+        self.groups = 0  # the groups begun since the workers started (the ring's count)
+        self.copied = 0  # groups put together by copying, as without the ring
+        # The group being trained: ((kind, epoch, its steps), its slot in the ring, or its
+        # original steps' local batches); None before the first.
+        self.held: Optional[Tuple[Tuple[str, Optional[int], range],
+                                  Union[_RingGroup, List[List[Batch]]]]] = None
         self.generation = 0  # a newer request makes the iterators of older ones stale
         self.starts = 0  # how many times the workers were started
         self.lock = threading.Lock()
@@ -238,14 +318,17 @@ class Stream:
             workers = min(workers, sum(1 for _ in work_units(self.spec, position)))
         self.starts += 1
         if workers:
-            self.items = loader.load(_Workers(self.spec, position, workers), workers,
-                                     batch_size=None, prefetch_factor=plan.PREFETCH_BATCHES)
+            self.ring = new_ring(self.spec, workers)  # before the fork: the workers inherit it
+            self.items = loader.load(_Workers(self.spec, position, workers, self.ring),
+                                     workers, batch_size=None,
+                                     prefetch_factor=plan.PREFETCH_BATCHES)
         else:
             self.items = worker_items(self.spec, position, 0, 1)
-        self.at, self.next_unit = position, 0
+        self.at, self.next_unit, self.groups = position, 0, 0
 
     def _stop(self) -> None:
-        items, self.items, self.at, self.held = self.items, None, None, None
+        self._let_go()
+        items, self.items, self.at, self.ring = self.items, None, None, None
         if items is not None:
             close = getattr(items, "close", None)
             if close is not None:
@@ -261,11 +344,15 @@ class Stream:
                 if generation != self.generation or self.items is None:
                     return  # a newer request took the stream over
                 if self.held is None or self.held[0] != (kind, epoch, group):
-                    self.held = None  # its memory goes before the next group's comes
-                    self.held = ((kind, epoch, group), [
-                        self._original_step(original) for original in group])
-                batch = (_joined(self.held[1][0], cut.local_batch) if len(group) == 1
-                         else _mixed(self.held[1], mixing.rows(step, cut, self.spec.host)))
+                    self._let_go()  # its memory goes before the next group's comes
+                    self.held = ((kind, epoch, group), self._group(kind, epoch, group))
+                held = self.held[1]
+                if isinstance(held, _RingGroup):
+                    batch = held.ring.batch(held.lease, step - group.start, cut.local_batch)
+                elif len(group) == 1:
+                    batch = _joined(held[0], cut.local_batch)
+                else:
+                    batch = _mixed(held, mixing.rows(step, cut, self.spec.host))
                 step += 1
                 # Where the stream is once this batch is taken: the next segment after the
                 # last (a caller that takes exactly the segment's steps never asks again).
@@ -273,21 +360,72 @@ class Stream:
                            else _after(position, self.spec.schedule))
             yield batch
 
-    def _original_step(self, step: int) -> List[Batch]:
+    def _let_go(self) -> None:
+        """The group held is handed out: its slot goes once its batches have gone too."""
+        held, self.held = self.held, None
+        if held is not None and isinstance(held[1], _RingGroup):
+            held[1].lease.release()
+
+    def _group(self, kind: str, epoch: Optional[int], group: range
+               ) -> Union[_RingGroup, List[List[Batch]]]:
+        """The next group's units: its slot in the ring if every unit is there, else its
+        original steps' local batches in parts (``_original_step``)."""
+        number, ring = self.groups, self.ring
+        self.groups += 1
+        if ring is None:
+            return [self._original_step(original, number) for original in group]
+        ring.want(number)
+        lease = ring.lease(number)
+        try:
+            items = [self._original_items(original, number) for original in group]
+            if all(item[4] is None for parts in items for item in parts):
+                lease.hold()  # released by ``_let_go``
+                return _RingGroup(ring, lease)
+            self.copied += 1
+            return self._from_ring(kind, epoch, group, items)
+        finally:
+            lease.release()
+
+    def _from_ring(self, kind: str, epoch: Optional[int], group: range,
+                   items: List[List[Item]]) -> List[List[Batch]]:
+        """A group some of whose units are not in the ring (a consumer held their slot): the
+        ring's units copied out of it, as the workers sent the others."""
+        assert self.ring is not None
+        local = self.spec.split(kind).cut.local_batch
+        placed = destinations(self.spec, kind, epoch, group.start, self.ring.rows)
+        ring_x, ring_y = self.ring.destination(items[0][0][6])
+        steps = []
+        for original, parts in zip(group, items):
+            first, batches = (original - group.start) * local, []
+            for item in parts:
+                if item[4] is None:
+                    rows = torch.tensor(placed[first:first + item[7]], dtype=torch.int64)
+                    batches.append((ring_x.index_select(0, rows), ring_y.index_select(0, rows)))
+                else:
+                    batches.append((item[4], item[5]))
+                first += item[7]
+            steps.append(batches)
+        return steps
+
+    def _original_step(self, step: int, group: int) -> List[Batch]:
         """The units of original step ``step``, the next in the stream, in order: one local
         batch in parts (put together by ``_joined`` or ``_mixed``, each image copied once)."""
+        return [(part[4], part[5]) for part in self._original_items(step, group)]
+
+    def _original_items(self, step: int, group: int) -> List[Item]:
+        """The items of original step ``step`` of group ``group``, the next in the stream."""
         parts: List[Item] = []
         while not parts or parts[-1][2] + 1 < parts[-1][3]:
-            parts.append(self._next_item(step))
-        return [(part[4], part[5]) for part in parts]
+            parts.append(self._next_item(step, group))
+        return parts
 
-    def _next_item(self, step: int) -> Item:
+    def _next_item(self, step: int, group: int) -> Item:
         assert self.items is not None
         item = next(self.items)
-        if item[0] != self.next_unit or item[1] != step:  # a bug, never bad input
-            raise RuntimeError("data stream out of order: unit {} of step {} where unit {} "
-                               "of step {} belongs".format(item[0], item[1], self.next_unit,
-                                                           step))
+        if item[0] != self.next_unit or item[1] != step or item[6] != group:  # a bug
+            raise RuntimeError("data stream out of order: unit {} of step {} (group {}) where "
+                               "unit {} of step {} (group {}) belongs".format(
+                                   item[0], item[1], item[6], self.next_unit, step, group))
         self.next_unit += 1
         return item
 

@@ -61,16 +61,18 @@ class StepRing:
         self.slots, self.group, self.rows, self.size = slots, group, rows, size
         image = CHANNELS * size * size
         count = slots * group * rows
-        memory = _shared_bytes(count * (image + 8) + 8 * (slots + 1))
-        self.images = memory[:count * image].view(slots, group, rows, CHANNELS, size, size)
-        labels = memory[count * image:count * (image + 8)].view(torch.int64)
-        self.labels = labels.view(slots, group, rows)
+        # The 64-bit words first (aligned), then the images.
+        words = _shared_bytes(8 * (slots + 1 + count) + count * image)
         # Written by the consumer only, read by the workers (aligned 64-bit words):
         # free_for[s], the group slot s may hold now, and wanted, the group the consumer
         # waits for.
-        self.counters = memory[count * (image + 8):].view(torch.int64).numpy()
+        self.counters = words[:8 * (slots + 1)].view(torch.int64).numpy()
         self.counters[:slots] = range(slots)
         self.counters[slots] = -1
+        self.labels = words[8 * (slots + 1):8 * (slots + 1 + count)].view(torch.int64).view(
+            slots, group, rows)
+        self.images = words[8 * (slots + 1 + count):].view(slots, group, rows, CHANNELS, size,
+                                                           size)
         # One doorbell per worker, rung by the consumer after each change of the counters:
         # nothing a worker holds can block the consumer (a worker may die at any moment).
         self.doorbells = [multiprocessing.Semaphore(0) for _ in range(max(1, workers))]
@@ -99,7 +101,8 @@ class StepRing:
                 return True
             if self.counters[self.slots] >= group:
                 return False
-            if not doorbell.acquire(timeout=PARENT_CHECK_S) and os.getppid() != self.parent:
+            if not doorbell.acquire(timeout=PARENT_CHECK_S) and self.parent not in (
+                    os.getppid(), os.getpid()):  # orphaned (or a thread of the consumer)
                 return False
 
     def destination(self, group: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -133,7 +136,7 @@ class StepRing:
         for ring, dtype in ((self._images_np, torch.uint8), (self._labels_np, torch.int64)):
             owner = ring[slot, block, :rows]
             lease.hold()
-            weakref.finalize(owner, lease.release)
+            weakref.finalize(owner, lease.release).atexit = False  # nothing to free then
             tensors.append(torch.frombuffer(owner, dtype=dtype).view(owner.shape))
         return tensors[0], tensors[1]
 

@@ -15,17 +15,27 @@ step holds never depends on what was asked before.
 Each original step is cut into *work units* of whole pieces (``epoch_order.units``, at most
 one per worker), dealt to the workers in turn across segment boundaries: after any boundary
 the first batch is built by several workers at once, not by one decoding a whole local batch.
-The trainer's side puts each original step's units back together in order and, in training,
-holds the local batches of a mixing group's original steps (``epoch_order.Mixing``) to take
-each trained step's rows from them; so a batch holds the same examples in the same order with
-any worker count, and a resumed run (any ``--num_workers``) continues exactly. A run resumed
-in the middle of a group reads the whole group again and trains its steps from the resumed
-one on: up to ``MIXING_STEPS - 1`` steps read twice, on resuming only.
+A worker decodes each image of its unit straight into its final row in a ring of step
+buffers in shared memory (``step_ring``, one slot a mixing group): the row of the trained
+step it goes to is arithmetic (``epoch_order.Mixing``, inverted by ``destinations``), as is
+its step's padding in an evaluation's last step. The workers hand over only a notice per
+unit, checked in order, and the trainer's side hands each trained step out as the slot's
+step buffer: no image copied, nothing concatenated. So a batch holds the same examples in
+the same order with any worker count, and a resumed run (any ``--num_workers``) continues
+exactly. A run resumed in the middle of a group reads the whole group again and trains its
+steps from the resumed one on: up to ``MIXING_STEPS - 1`` steps read twice, on resuming
+only. Without workers (``--num_workers=0``) the trainer decodes each unit itself and puts
+the steps together as before the ring: each image copied once (``_joined``, ``_mixed``).
 
-Memory: each worker holds at most ``RUNS_AHEAD + 1`` units' encoded bytes and hands over at
-most ``plan.PREFETCH_BATCHES`` decoded units (enough for the next group and a step more,
-``plan``), and the trainer's side holds one group; units may belong to the next segment,
-which is why ``plan`` sizes batches by the larger of training and evaluation.
+Memory: each worker holds at most ``RUNS_AHEAD + 1`` units' encoded bytes, and the decoded
+images live in the ring, allocated once when the workers start (a new one at each start):
+``plan.ring_slots`` groups, enough for those the trainer's side and the device loader may
+hold and for the workers to build the next group and a step more meanwhile; its slots are
+sized by the larger local batch of training and evaluation, whose units follow each other.
+A slot is reused only once every batch handed out of it is gone (``step_ring``): a consumer
+that holds more than the ring has room for (a script that keeps a whole epoch) gets the
+groups whose slot it holds built in the workers' own memory and copied into place, as
+before the ring (``Stream.copied`` counts them); the trainer never does.
 """
 
 from __future__ import annotations

@@ -191,11 +191,7 @@ def worker_items(spec: StreamSpec, start: Position, position: int, workers: int,
                 if placing[0] != key:
                     placing = (key, destinations(spec, kind, epoch, step, ring.rows))
                 first = (step - key[2]) * split.cut.local_batch + offset
-                for row, (name, data, label) in enumerate(examples):
-                    at = placing[1][first + row]
-                    x[at] = decode(name, data)
-                    y[at] = label
-                    examples[row] = None  # its bytes go once decoded
+                _decode_into(x, y, placing[1][first:first + len(examples)], examples, decode)
                 end = offset + len(examples)
                 if part + 1 == parts and end < split.cut.local_batch:  # padded, as pad_batch
                     x[end:split.cut.local_batch].zero_()
@@ -203,16 +199,21 @@ def worker_items(spec: StreamSpec, start: Position, position: int, workers: int,
                 yield number, step, part, parts, None, None, group, len(examples)
             else:
                 x = _batch_tensor(len(examples), spec.image_size)
-                labels = []
-                for row, (name, data, label) in enumerate(examples):
-                    x[row] = decode(name, data)
-                    examples[row] = None  # its bytes go once decoded
-                    labels.append(label)
-                yield (number, step, part, parts, x, torch.tensor(labels, dtype=torch.int64),
-                       group, len(x))
+                y = torch.empty(len(examples), dtype=torch.int64)
+                _decode_into(x, y, range(len(examples)), examples, decode)
+                yield number, step, part, parts, x, y, group, len(x)
             number += max(1, workers)
     finally:
         fetched.close()
+
+
+def _decode_into(x: torch.Tensor, y: torch.Tensor, rows: Sequence[int], examples: List[Any],
+                 decode: Callable[[str, bytes], torch.Tensor]) -> None:
+    """Each of ``examples`` decoded into row ``rows[i]`` of ``x``, its label into ``y``."""
+    for index, (name, data, label) in enumerate(examples):
+        x[rows[index]] = decode(name, data)
+        y[rows[index]] = label
+        examples[index] = None  # its bytes go once decoded
 
 
 def _decoder(kind: str, epoch: Optional[int], spec: StreamSpec, root

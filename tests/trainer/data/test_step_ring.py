@@ -13,8 +13,9 @@ import sys
 import threading
 import time
 
-from conftest import REPO
 from test_stream import flat, same, source
+
+from conftest import REPO
 from trainer.data import plan
 from trainer.data.epoch_order import MIXING_STEPS
 from trainer.data.step_ring import StepRing

@@ -63,8 +63,9 @@ ENDLESS = RunSchedule()
 # What a worker hands over: (unit number, step, part, parts, images, labels, group number,
 # rows); images and labels None: the unit is in the step ring (``step_ring``).
 Item = Tuple[int, int, int, int, Optional[torch.Tensor], Optional[torch.Tensor], int, int]
-# A unit with where it goes: (kind, epoch, unit, group number, first row in its step).
-Placed = Tuple[str, Optional[int], epoch_order.Unit, int, int]
+# A unit with where it goes: (kind, epoch, unit, group number, first row in its step, the
+# steps of its group: ``StreamSpec.block``).
+Placed = Tuple[str, Optional[int], epoch_order.Unit, int, int, range]
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,21 @@ class StreamSpec:
         split = self.split(kind)
         return epoch_order.Mixing(self.seed, epoch, split.cut.steps, split.mixing_steps)
 
+    @property
+    def block_steps(self) -> int:
+        """Steps a slot of the step ring holds: the larger split's mixing group."""
+        return max(self.train.mixing_steps, self.val.mixing_steps)
+
+    def block(self, kind: str, epoch: Optional[int], step: int, first: int) -> range:
+        """The steps put together with ``step`` (one slot of the step ring) in a segment
+        that starts at ``first``: its mixing group, or, unmixed, ``block_steps`` consecutive
+        steps (so an evaluation's steps fill the slots as training's do)."""
+        mixing = self.mixing(kind, epoch)
+        if mixing.size > 1:
+            return mixing.group(step)
+        start = step - step % self.block_steps
+        return range(max(first, start), min(start + self.block_steps, self.steps(kind)))
+
 
 def segments(start: Position, schedule: RunSchedule = ENDLESS) -> Iterator[Position]:
     """The segments from ``start`` on, as ``schedule`` orders them: an epoch from its step,
@@ -139,32 +155,32 @@ def work_units(spec: StreamSpec, start: Position) -> Iterator[Tuple[str, Optiona
 def placed_units(spec: StreamSpec, start: Position) -> Iterator[Placed]:
     """``work_units`` with where each goes: its group's number from ``start`` on (the step
     ring's count, ``step_ring``) and its first row in its original step."""
-    number, last, offset = -1, None, 0
+    number, last, offset, first = -1, None, 0, 0
     for kind, epoch, unit in work_units(spec, start):
         step, part, _, pieces = unit
-        group = (kind, epoch, spec.mixing(kind, epoch).group(step).start)
+        first = step if last is None or last[:2] != (kind, epoch) else first
+        group = (kind, epoch, spec.block(kind, epoch, step, first))
         if group != last:
             number, last = number + 1, group
         offset = 0 if part == 0 else offset
-        yield kind, epoch, unit, number, offset
+        yield kind, epoch, unit, number, offset, group[2]
         offset += sum(end - first for _, first, end in pieces)
 
 
-def destinations(spec: StreamSpec, kind: str, epoch: Optional[int], step: int, rows: int
+def destinations(spec: StreamSpec, kind: str, epoch: Optional[int], block: range, rows: int
                  ) -> List[int]:
-    """For each row of the group of original step ``step`` (its original steps' local
-    batches end to end), its row in the group's trained steps, each ``rows`` apart (the
-    step ring's buffers): ``Mixing.rows`` inverted. Evaluation and groups of one step keep
-    every row where it is."""
+    """For each row of the original steps ``block`` (``StreamSpec.block``: their local
+    batches end to end), its row in the trained steps, each ``rows`` apart (a slot of the
+    step ring): ``Mixing.rows`` inverted; unmixed, every row where it is."""
     cut, mixing = spec.split(kind).cut, spec.mixing(kind, epoch)
-    group = mixing.group(step)
     local = cut.local_batch
-    if len(group) == 1:
-        return list(range(local))
-    placed = [0] * (len(group) * local)
-    for trained in group:
-        for row, source in enumerate(mixing.rows(trained, cut, spec.host)):
-            placed[source] = (trained - group.start) * rows + row
+    placed = [0] * (len(block) * local)
+    for trained in block:
+        at = (trained - block.start) * local
+        sources = (mixing.rows(trained, cut, spec.host) if mixing.size > 1
+                   else range(at, at + local))
+        for row, source in enumerate(sources):
+            placed[source] = (trained - block.start) * rows + row
     return placed
 
 
@@ -181,21 +197,23 @@ def worker_items(spec: StreamSpec, start: Position, position: int, workers: int,
     number = position
     placing: Tuple[Any, List[int]] = (None, [])  # the last group's destinations
     try:
-        for kind, epoch, (step, part, parts, pieces), group, offset in mine:
+        for kind, epoch, (step, part, parts, pieces), group, offset, block in mine:
             split = spec.split(kind)
             examples = split.reader.unpacked(pieces, next(fetched))
             decode = _decoder(kind, epoch, spec, split.reader.root)
             if ring is not None and ring.claim(group, position):
                 x, y = ring.destination(group)
-                key = (kind, epoch, spec.mixing(kind, epoch).group(step).start)
-                if placing[0] != key:
-                    placing = (key, destinations(spec, kind, epoch, step, ring.rows))
-                first = (step - key[2]) * split.cut.local_batch + offset
+                if placing[0] != (kind, epoch, block):
+                    placing = ((kind, epoch, block),
+                               destinations(spec, kind, epoch, block, ring.rows))
+                first = (step - block.start) * split.cut.local_batch + offset
                 _decode_into(x, y, placing[1][first:first + len(examples)], examples, decode)
                 end = offset + len(examples)
                 if part + 1 == parts and end < split.cut.local_batch:  # padded, as pad_batch
-                    x[end:split.cut.local_batch].zero_()
-                    y[end:split.cut.local_batch] = IGNORE_LABEL
+                    padding = slice((step - block.start) * ring.rows + end,
+                                    (step - block.start) * ring.rows + split.cut.local_batch)
+                    x[padding].zero_()
+                    y[padding] = IGNORE_LABEL
                 yield number, step, part, parts, None, None, group, len(examples)
             else:
                 x = _batch_tensor(len(examples), spec.image_size)
@@ -350,18 +368,21 @@ class Stream:
         cut, steps = self.spec.split(kind).cut, self.spec.steps(kind)
         mixing = self.spec.mixing(kind, epoch)
         while step < steps:
-            group = mixing.group(step)
             with self.lock:
                 if generation != self.generation or self.items is None:
                     return  # a newer request took the stream over
+                held_steps = self.held[0][2] if self.held is not None else range(0)
+                group = (held_steps if self.held is not None and self.held[0][:2] == (kind, epoch)
+                         and step in held_steps else
+                         self.spec.block(kind, epoch, step, position[2]))
                 if self.held is None or self.held[0] != (kind, epoch, group):
                     self._let_go()  # its memory goes before the next group's comes
                     self.held = ((kind, epoch, group), self._group(kind, epoch, group))
                 held = self.held[1]
                 if isinstance(held, _RingGroup):
                     batch = held.ring.batch(held.lease, step - group.start, cut.local_batch)
-                elif len(group) == 1:
-                    batch = _joined(held[0], cut.local_batch)
+                elif mixing.size == 1:
+                    batch = _joined(held[step - group.start], cut.local_batch)
                 else:
                     batch = _mixed(held, mixing.rows(step, cut, self.spec.host))
                 step += 1
@@ -403,7 +424,7 @@ class Stream:
         ring's units copied out of it, as the workers sent the others."""
         assert self.ring is not None
         local = self.spec.split(kind).cut.local_batch
-        placed = destinations(self.spec, kind, epoch, group.start, self.ring.rows)
+        placed = destinations(self.spec, kind, epoch, group, self.ring.rows)
         ring_x, ring_y = self.ring.destination(items[0][0][6])
         steps = []
         for original, parts in zip(group, items):

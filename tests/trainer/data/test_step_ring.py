@@ -1,11 +1,13 @@
 """trainer.data.step_ring, alone and under the stream (``photo_shards``: 24 steps of 8 an
-epoch, 6 mixing groups; 4 evaluation steps of 16): a slot is reused only once every batch
-handed out of it, and every view of one, is gone, in the order of its groups; a worker waits
-for its slot on its doorbell and wakes when the slot is freed; a consumer that keeps a batch,
-or a whole epoch, never has it overwritten and never deadlocks the workers, and gets the same
-batches as the trainer decoding alone (``--num_workers=0``, the steps put together as before
-the ring); nothing of a ring outlives a kill -9 in ``/dev/shm``."""
+epoch, 6 mixing groups; 4 evaluation steps of 16, one slot's worth): a slot is reused only
+once every batch handed out of it, and every view of one, is gone, in the order of its
+groups; a worker waits for its slot on its doorbell and wakes when the slot is freed; what a
+device loader holds never makes the workers copy; a consumer that keeps a batch, or a whole
+epoch, never has it overwritten and never deadlocks the workers, and gets the same batches as
+the trainer decoding alone (``--num_workers=0``, the steps put together as before the ring);
+nothing of a ring outlives a kill -9 in ``/dev/shm``."""
 
+import collections
 import os
 import signal
 import subprocess
@@ -96,6 +98,21 @@ def test_a_batch_held_is_never_overwritten_and_the_batches_are_those_without_wor
         alone.close()
 
 
+def test_the_batches_a_device_loader_holds_never_make_the_workers_copy(photo_shards):
+    # The device loader holds up to LOADER_HELD_BATCHES, and its reader one more: over two
+    # epochs and an evaluation, every group is handed out of the ring as it is.
+    data = source(photo_shards, 2)
+    held = collections.deque(maxlen=plan.LOADER_HELD_BATCHES + 1)
+    try:
+        for batches in (lambda: data.train_batches(0), data.eval_batches,
+                        lambda: data.train_batches(1)):
+            held.extend(batches())
+        assert data.stream.copied == 0 and data.stream.groups == 6 + 1 + 6
+        assert data.stream.starts == 1
+    finally:
+        data.close()
+
+
 def test_a_consumer_that_keeps_every_batch_gets_them_all_and_the_workers_go_on(photo_shards):
     data = source(photo_shards, 2)
     alone = source(photo_shards, 0)
@@ -107,8 +124,9 @@ def test_a_consumer_that_keeps_every_batch_gets_them_all_and_the_workers_go_on(p
         drawing.start()
         drawing.join(120)
         assert not drawing.is_alive(), "the stream deadlocked"
-        # Epoch 0 fits in the ring; then every slot is held: the rest is copied.
-        assert data.stream.copied == 4 + 6
+        # Epoch 0 fits in the ring; then every slot is held: the rest is copied (the
+        # evaluation's 4 steps fill one slot, as a mixing group does).
+        assert data.stream.copied == 1 + 6
         assert same(flat(kept[0]), flat(alone.train_batches(0)))
         assert same(flat(kept[1]), flat(alone.eval_batches()))
         assert same(flat(kept[2]), flat(alone.train_batches(1)))

@@ -16,9 +16,10 @@ Each original step is cut into *work units* of whole pieces (``epoch_order.units
 one per worker), dealt to the workers in turn across segment boundaries: after any boundary
 the first batch is built by several workers at once, not by one decoding a whole local batch.
 A worker decodes each image of its unit straight into its final row in a ring of step
-buffers in shared memory (``step_ring``, one slot a mixing group): the row of the trained
-step it goes to is arithmetic (``epoch_order.Mixing``, inverted by ``destinations``), as is
-its step's padding in an evaluation's last step. The workers hand over only a notice per
+buffers in shared memory (``step_ring``; a slot holds a mixing group, or as many unmixed
+steps, ``StreamSpec.block``): the row of the trained step it goes to is arithmetic
+(``epoch_order.Mixing``, inverted by ``destinations``), as is its step's padding in an
+evaluation's last step. The workers hand over only a notice per
 unit, checked in order, and the trainer's side hands each trained step out as the slot's
 step buffer: no image copied, nothing concatenated. So a batch holds the same examples in
 the same order with any worker count, and a resumed run (any ``--num_workers``) continues
@@ -264,11 +265,11 @@ class _Workers(IterableDataset):
 
 
 def new_ring(spec: StreamSpec, workers: int) -> step_ring.StepRing:
-    """The step ring for ``spec``'s workers: ``plan.ring_slots`` groups of the larger
-    segment's local batches."""
-    group = max(spec.train.mixing_steps, spec.val.mixing_steps)
+    """The step ring for ``spec``'s workers: ``plan.ring_slots`` slots of ``block_steps``
+    of the larger segment's local batches."""
     rows = max(spec.train.cut.local_batch, spec.val.cut.local_batch)
-    return step_ring.StepRing(plan.ring_slots(group), group, rows, spec.image_size, workers)
+    return step_ring.StepRing(plan.ring_slots(spec.block_steps), spec.block_steps, rows,
+                              spec.image_size, workers)
 
 
 @dataclass
@@ -371,10 +372,8 @@ class Stream:
             with self.lock:
                 if generation != self.generation or self.items is None:
                     return  # a newer request took the stream over
-                held_steps = self.held[0][2] if self.held is not None else range(0)
-                group = (held_steps if self.held is not None and self.held[0][:2] == (kind, epoch)
-                         and step in held_steps else
-                         self.spec.block(kind, epoch, step, position[2]))
+                group = (self._held_block(kind, epoch, step)
+                         or self.spec.block(kind, epoch, step, position[2]))
                 if self.held is None or self.held[0] != (kind, epoch, group):
                     self._let_go()  # its memory goes before the next group's comes
                     self.held = ((kind, epoch, group), self._group(kind, epoch, group))
@@ -391,6 +390,13 @@ class Stream:
                 self.at = ((kind, epoch, step) if step < steps
                            else _after(position, self.spec.schedule))
             yield batch
+
+    def _held_block(self, kind: str, epoch: Optional[int], step: int) -> Optional[range]:
+        """The steps of the group held if ``step`` of that segment is one of them (a request
+        that continues within the group: it need not start where the group does)."""
+        if self.held is not None and self.held[0][:2] == (kind, epoch) and step in self.held[0][2]:
+            return self.held[0][2]
+        return None
 
     def _let_go(self) -> None:
         """The group held is handed out: its slot goes once its batches have gone too."""
@@ -414,18 +420,18 @@ class Stream:
                 lease.hold()  # released by ``_let_go``
                 return _RingGroup(ring, lease)
             self.copied += 1
-            return self._from_ring(kind, epoch, group, items)
+            return self._from_ring(kind, epoch, group, number, items)
         finally:
             lease.release()
 
-    def _from_ring(self, kind: str, epoch: Optional[int], group: range,
+    def _from_ring(self, kind: str, epoch: Optional[int], group: range, number: int,
                    items: List[List[Item]]) -> List[List[Batch]]:
         """A group some of whose units are not in the ring (a consumer held their slot): the
         ring's units copied out of it, as the workers sent the others."""
         assert self.ring is not None
         local = self.spec.split(kind).cut.local_batch
         placed = destinations(self.spec, kind, epoch, group, self.ring.rows)
-        ring_x, ring_y = self.ring.destination(items[0][0][6])
+        ring_x, ring_y = self.ring.destination(number)
         steps = []
         for original, parts in zip(group, items):
             first, batches = (original - group.start) * local, []

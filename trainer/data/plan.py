@@ -252,7 +252,7 @@ def plan_lines(plan: Plan) -> List[str]:
         "all".format(
             _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
             _size(max(plan.worker.largest_run, plan.largest_eval_run)),
-            "a step ring of {} local batches of {} ({} mixing groups of {} steps)".format(
+            "a step ring of {} local batches of {} ({} slots of {} steps)".format(
                 ring_batches(), _size(plan.batch_bytes),
                 ring_slots(epoch_order.MIXING_STEPS), epoch_order.MIXING_STEPS)
             if shape.workers else "1 unit of up to {} and {} local batches of {} held: a "

@@ -88,7 +88,7 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
                                "ranged reads, ")
     assert lines[4].startswith("read per epoch by all hosts: ")
     assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 1.8 GB" in lines[5]
-    assert "a step ring of 24 local batches of 77.1 MB (6 mixing groups of 4 steps)" in lines[5]
+    assert "a step ring of 24 local batches of 77.1 MB (6 slots of 4 steps)" in lines[5]
 
 
 @pytest.mark.parametrize("args, text", [

@@ -34,6 +34,7 @@ import threading
 import weakref
 from typing import Set, Tuple
 
+import numpy
 import torch
 
 # How long a worker waiting for a slot sleeps between checks that its parent still lives
@@ -61,18 +62,19 @@ class StepRing:
         self.slots, self.group, self.rows, self.size = slots, group, rows, size
         image = CHANNELS * size * size
         count = slots * group * rows
-        # The 64-bit words first (aligned), then the images.
-        words = _shared_bytes(8 * (slots + 1 + count) + count * image)
+        # The 64-bit words first (aligned), then the images; the words reinterpreted by
+        # numpy (torch 1.11's ``view(dtype)`` cannot change the element size).
+        memory = _shared_bytes(8 * (slots + 1 + count) + count * image)
+        words = memory.numpy()[:8 * (slots + 1 + count)].view(numpy.int64)
         # Written by the consumer only, read by the workers (aligned 64-bit words):
         # free_for[s], the group slot s may hold now, and wanted, the group the consumer
         # waits for.
-        self.counters = words[:8 * (slots + 1)].view(torch.int64).numpy()
+        self.counters = words[:slots + 1]
         self.counters[:slots] = range(slots)
         self.counters[slots] = -1
-        self.labels = words[8 * (slots + 1):8 * (slots + 1 + count)].view(torch.int64).view(
-            slots, group, rows)
-        self.images = words[8 * (slots + 1 + count):].view(slots, group, rows, CHANNELS, size,
-                                                           size)
+        self.labels = torch.from_numpy(words[slots + 1:]).view(slots, group, rows)
+        self.images = memory[8 * (slots + 1 + count):].view(slots, group, rows, CHANNELS, size,
+                                                            size)
         # One doorbell per worker, rung by the consumer after each change of the counters:
         # nothing a worker holds can block the consumer (a worker may die at any moment).
         self.doorbells = [multiprocessing.Semaphore(0) for _ in range(max(1, workers))]

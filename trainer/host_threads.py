@@ -4,9 +4,10 @@ torch gives every process an intra-op pool of one thread per core (and an inter-
 large). In the trainer process nothing needs them: on a TPU (or GPU) host the model's compute
 runs on the device, and on the XLA CPU device it runs in XLA's own thread pool, which torch's
 settings do not touch. What the trainer process does on the host itself, on every platform,
-is hand batches over (the input stream puts each step together from what its data workers
-decoded) and launch steps. torch splits even those small copies over its pool: on a 16-vCPU
-host its 16 threads then kept 15 vCPUs spinning to pass on 540 images/s, while the data
+is hand batches over (the step buffers its data workers decoded into; without workers, it
+puts each step together itself) and launch steps. torch split even the small copies that
+handing over took before the step ring over its pool: on a 16-vCPU host its 16 threads
+then kept 15 vCPUs spinning to pass on 540 images/s, while the data
 workers (one process each, on the cores the trainer leaves them) waited for CPU.
 ``docs/trainers.md`` ("Host threads") gives the rule's measurements.
 

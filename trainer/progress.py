@@ -54,9 +54,9 @@ def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
         fix = ("decode in worker processes: --num_workers=-1 (one per core but one; this "
                "host has {} cores)".format(setup.cores))
     elif setup.workers < setup.cores - 1:
-        fix = ("more data workers: --num_workers={} (now {}; this host has {} cores), with "
-               "/dev/shm to match (docker run --shm-size; python -m trainer.data.plan shows "
-               "the size)".format(setup.cores - 1, setup.workers, setup.cores))
+        fix = ("more data workers: --num_workers={} (now {}; this host has {} cores; they "
+               "share one ring of step buffers in /dev/shm, whatever their number)".format(
+                   setup.cores - 1, setup.workers, setup.cores))
     else:
         fix = ("all {} cores of this host decode already ({} data workers): a host with more "
                "cores, or smaller images (resize them before make_shards; decoding time "

@@ -215,11 +215,11 @@ def test_the_shm_rule_is_trainer_data_plan_to_the_byte():
     """16 chips on 4 hosts, the ImageNet defaults (batch 128 per chip, one worker per core of
     a 112-core v5e host but one, capped): what ``trainer.data.plan`` says /dev/shm needs."""
     needed = plan.shared_memory(plan.shape_from_flags(4, 4, 128, 0, auto_workers(112), 224))
-    assert round(needed / 1e9, 1) == 2.2  # the figure the templates' comment gives
+    assert round(needed / 1e9, 1) == 1.8  # the figure the templates' comment gives
     too_small = errors(broken(set_path(POD_KEYS + ["volumes", 0, "emptyDir", "sizeLimit"],
                                        str(needed - 1))))
     assert [finding.path for finding in too_small] == [POD + ".volumes[0].emptyDir.sizeLimit"]
-    assert "2.2 GB" in too_small[0].problem and "--hosts=4" in too_small[0].problem
+    assert "1.8 GB" in too_small[0].problem and "--hosts=4" in too_small[0].problem
     assert errors(broken(set_path(POD_KEYS + ["volumes", 0, "emptyDir", "sizeLimit"],
                                   str(needed)))) == []
 
@@ -236,9 +236,9 @@ def test_the_plan_command_prints_the_same_figure(tmp_path):
                               str(tmp_path), "--hosts=4"], cwd=str(REPO), capture_output=True,
                              text=True)
     assert printed.returncode == 0, printed.stderr
-    assert "/dev/shm needs 2.2 GB" in printed.stdout, printed.stdout
+    assert "/dev/shm needs 1.8 GB" in printed.stdout, printed.stdout
     found = errors(broken(set_path(POD_KEYS + ["volumes", 0, "emptyDir", "sizeLimit"], "1Gi")))
-    assert "the plan needs 2.2 GB of /dev/shm per host" in found[0].problem
+    assert "the plan needs 1.8 GB of /dev/shm per host" in found[0].problem
 
 
 def test_the_xrt_base_is_refused_for_a_slice():

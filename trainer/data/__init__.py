@@ -15,7 +15,8 @@
 - ``shard_source`` and ``folder_source``: the trainer's ``DataSource`` over shards (local or
   ``gs://``, streamed) and over a class-folder tree; ``sources`` picks one for a folder.
 - ``stream``: the shard source's one input stream for the whole run (data workers that start
-  once and build the evaluation and the next epoch ahead, each step in work units).
+  once and build the evaluation and the next epoch ahead, each step in work units);
+  ``step_ring``: the shared-memory step buffers its workers decode into, handed out whole.
 - ``loader``: torch's ``DataLoader``, with the data workers' errors kept whole and SIGTERM /
   SIGINT from anyone but the trainer ignored.
 """

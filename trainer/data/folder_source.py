@@ -105,13 +105,11 @@ class FolderSource(stream.StreamSource):
         self.eval_steps = eval_cut.steps
         # The order depends on the seed besides the global batch (checked when a run resumes).
         self.layout = {"seed": seed}
-        # Shared memory as for shards (a unit here is at most L / workers rows, well within
-        # the plan's bound; the plan's held batches count a mixing group this source does not
-        # hold: a margin, not a shortfall).
+        # Shared memory as for shards (the plan's step ring holds mixing groups of
+        # MIXING_STEPS; this source's groups of one step need fewer: a margin).
         shape = plan.SliceShape(host.count, devices or host.count, batch_size,
                                 self.eval_batch_size, num_workers, image_size)
-        shared_memory.check(plan.shared_memory(shape), num_workers,
-                            plan.PREFETCH_BATCHES * plan.unit_bytes(shape))
+        shared_memory.check(plan.shared_memory(shape), num_workers, 0)
         self.stream = stream.Stream(stream.StreamSpec(
             stream.Split(self.train, FolderOrder(len(self.train.files), True), cut),
             stream.Split(self.val, FolderOrder(len(self.val.files), False), eval_cut),

@@ -14,13 +14,14 @@ measures the totals):
 - each data worker holds at most ``RUNS_AHEAD + 1`` runs' encoded bytes (the run it decodes,
   unpacked, and the runs fetched ahead; a run is one work unit of the stream, whole pieces of
   one step's local batch) plus one piece;
-- decoded units cross from the workers to the trainer in shared memory (``/dev/shm``): up to
-  ``PREFETCH_BATCHES`` per worker (``unit_bytes`` each at most), the ``MIXING_STEPS`` local
-  batches of the group being put together, and up to ``LOADER_HELD_BATCHES`` that the device
-  loader holds until they are copied to the devices (counted there too, though the trainer
-  builds mixed steps in its own memory); the same across an epoch's end and an evaluation,
-  which the workers build ahead (the trainer builds each mixed step from the group's
-  batches in its own memory: one local batch, counted as the device loader's);
+- the workers decode straight into a ring of step buffers in shared memory (``/dev/shm``,
+  ``trainer.data.step_ring``), allocated once when they start: ``ring_batches`` local
+  batches (``ring_slots`` mixing groups: those the trainer's side and the device loader's
+  ``LOADER_HELD_BATCHES`` may hold, and those the workers build ahead meanwhile), the same
+  across an epoch's end and an evaluation (sized by the larger local batch); a consumer
+  that holds more batches than that (not the trainer) gets the rest through memory of the
+  workers' own, as before the ring, which this does not count; without workers the trainer
+  decodes one unit at a time and holds a group and the device loader's batches;
 - each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
@@ -152,16 +153,30 @@ def held_batches() -> int:
     return epoch_order.MIXING_STEPS + LOADER_HELD_BATCHES
 
 
+def ring_slots(group: int) -> int:
+    """Slots of the step ring (``trainer.data.step_ring``) for mixing groups of ``group``
+    steps: the groups the trainer's side may hold at once (the device loader's
+    ``LOADER_HELD_BATCHES`` and the batch just handed out are consecutive steps, so span at
+    most ``ceil(LOADER_HELD_BATCHES / group) + 1`` groups, the one being handed out among
+    them) and the groups the workers build ahead meanwhile (``PREFETCH_BATCHES`` original
+    steps: the next group and a step more), so that in steady state no worker waits."""
+    return (-(-LOADER_HELD_BATCHES // group) + 1) + -(-PREFETCH_BATCHES // group)
+
+
+def ring_batches() -> int:
+    """Local batches in the step ring of shards' mixing groups (the most any source's ring
+    has: a class-folder tree's groups of one step need 15 instead of 24)."""
+    return ring_slots(epoch_order.MIXING_STEPS) * epoch_order.MIXING_STEPS
+
+
 def shared_memory(shape: SliceShape) -> int:
     """``/dev/shm`` a host's decoded data needs (none without worker processes), at any
-    step and across epoch and evaluation boundaries alike (the stream builds the next
-    segment's units while one ends, and ``batch_bytes`` and ``unit_bytes`` are the larger
-    segment's): the work units the workers built and have not handed over, and
-    ``held_batches``."""
+    step and across epoch and evaluation boundaries alike (``batch_bytes`` is the larger
+    segment's): the step ring, allocated once when the workers start, whatever their
+    number (the workers hand over only notices of what they wrote)."""
     if not shape.workers:
         return 0
-    return (shape.workers * PREFETCH_BATCHES * unit_bytes(shape)
-            + held_batches() * batch_bytes(shape))
+    return ring_batches() * batch_bytes(shape)
 
 
 def decoded_bytes(shape: SliceShape) -> int:
@@ -232,16 +247,19 @@ def plan_lines(plan: Plan) -> List[str]:
         "read per epoch by all hosts: {} of {} of training shards ({:.3f}x)".format(
             _size(plan.read_per_epoch), _size(plan.train_size),
             plan.read_per_epoch / plan.train_size),
-        "data memory per host: {} RAM ({} x {} runs of up to {} encoded; decoded, {} "
-        "unit{} of up to {} in flight and {} local batches of {} held: a mixing group of {} "
-        "steps and the device loader's {}); /dev/shm needs {} of it; with the worker "
-        "processes' own (about {} each) about {} in all".format(
+        "data memory per host: {} RAM ({} x {} runs of up to {} encoded; decoded, {}); "
+        "/dev/shm needs {} of it; with the worker processes' own (about {} each) about {} in "
+        "all".format(
             _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
             _size(max(plan.worker.largest_run, plan.largest_eval_run)),
-            max(1, shape.workers * PREFETCH_BATCHES), _s(max(1, shape.workers * PREFETCH_BATCHES)),
-            _size(plan.unit_bytes), held_batches(), _size(plan.batch_bytes),
-            epoch_order.MIXING_STEPS, LOADER_HELD_BATCHES, _size(plan.shared_memory),
-            _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
+            "a step ring of {} local batches of {} ({} slots of {} steps)".format(
+                ring_batches(), _size(plan.batch_bytes),
+                ring_slots(epoch_order.MIXING_STEPS), epoch_order.MIXING_STEPS)
+            if shape.workers else "1 unit of up to {} and {} local batches of {} held: a "
+            "mixing group of {} steps and the device loader's {}".format(
+                _size(plan.unit_bytes), held_batches(), _size(plan.batch_bytes),
+                epoch_order.MIXING_STEPS, LOADER_HELD_BATCHES),
+            _size(plan.shared_memory), _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
     ]
 
 

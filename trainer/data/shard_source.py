@@ -68,8 +68,8 @@ class ShardSource(stream.StreamSource):
         self.plan = plan.make_plan(self.index, plan.SliceShape(
             host.count, devices or host.count, batch_size, self.eval_batch_size, num_workers,
             image_size), seed)
-        shared_memory.check(self.plan.shared_memory, num_workers,
-                            plan.PREFETCH_BATCHES * self.plan.unit_bytes)
+        # The step ring's size does not depend on the workers: none are a worker's own share.
+        shared_memory.check(self.plan.shared_memory, num_workers, 0)
         self.stream = stream.Stream(stream.StreamSpec(
             stream.Split(self.train, _order(train, shuffled=True), self.cut,
                          epoch_order.MIXING_STEPS),

@@ -3,8 +3,8 @@ before the first worker starts: a DataLoader worker that runs out of shared memo
 bus error ("DataLoader worker (pid N) is killed by signal: Bus error"), minutes into a run.
 
 Docker gives a container 64 MB of ``/dev/shm`` unless ``docker run --shm-size`` says more;
-ImageNet's batches in flight need gigabytes (``trainer.data.plan``), so a container that is
-too small stops at start with exit 78, one line and a hint naming ``--shm-size`` and the size.
+ImageNet's step buffers need gigabytes (``trainer.data.plan``), so a container that is too
+small stops at start with exit 78, one line and a hint naming ``--shm-size`` and the size.
 ``TRAINER_SHM_DIR`` (read by ``trainer.cli``; a hook for tests) checks another directory.
 """
 
@@ -38,15 +38,18 @@ def check(needed: int, workers: int, per_worker: int, path: str = "") -> None:
         return
     fitting = max(0, (free - (needed - workers * per_worker)) // per_worker) \
         if per_worker else 0
+    fewer = ("; or lower --num_workers{}".format(
+        " (up to {} fit)".format(fitting) if fitting else "; --num_workers=0 decodes in the "
+        "training process and needs none") if per_worker else
+        "; or lower --batch_size (the data workers' step buffers hold a few local batches, "
+        "whatever their number), or --num_workers=0, which decodes in the training process "
+        "and needs none")
     raise TrainerError(
         "{} has {} free; {} data worker{} {} of shared memory for the batches in "
         "flight".format(path, _mb(free), workers, " needs" if workers == 1 else "s need",
                         _mb(needed)),
         "give the container more: docker run --shm-size={}g (or mount a bigger tmpfs at "
-        "{}); or lower --num_workers{}".format(
-            math.ceil(needed / 2 ** 30 * 1.1), path,
-            " (up to {} fit)".format(fitting) if fitting else "; --num_workers=0 decodes in "
-            "the training process and needs none"), EX_CONFIG)
+        "{}){}".format(math.ceil(needed / 2 ** 30 * 1.1), path, fewer), EX_CONFIG)
 
 
 def _mb(count: int) -> str:

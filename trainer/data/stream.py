@@ -15,17 +15,28 @@ step holds never depends on what was asked before.
 Each original step is cut into *work units* of whole pieces (``epoch_order.units``, at most
 one per worker), dealt to the workers in turn across segment boundaries: after any boundary
 the first batch is built by several workers at once, not by one decoding a whole local batch.
-The trainer's side puts each original step's units back together in order and, in training,
-holds the local batches of a mixing group's original steps (``epoch_order.Mixing``) to take
-each trained step's rows from them; so a batch holds the same examples in the same order with
-any worker count, and a resumed run (any ``--num_workers``) continues exactly. A run resumed
-in the middle of a group reads the whole group again and trains its steps from the resumed
-one on: up to ``MIXING_STEPS - 1`` steps read twice, on resuming only.
+A worker decodes each image of its unit straight into its final row in a ring of step
+buffers in shared memory (``step_ring``; a slot holds a mixing group, or as many unmixed
+steps, ``StreamSpec.block``): the row of the trained step it goes to is arithmetic
+(``epoch_order.Mixing``, inverted by ``destinations``), as is its step's padding in an
+evaluation's last step. The workers hand over only a notice per
+unit, checked in order, and the trainer's side hands each trained step out as the slot's
+step buffer: no image copied, nothing concatenated. So a batch holds the same examples in
+the same order with any worker count, and a resumed run (any ``--num_workers``) continues
+exactly. A run resumed in the middle of a group reads the whole group again and trains its
+steps from the resumed one on: up to ``MIXING_STEPS - 1`` steps read twice, on resuming
+only. Without workers (``--num_workers=0``) the trainer decodes each unit itself and puts
+the steps together as before the ring: each image copied once (``_joined``, ``_mixed``).
 
-Memory: each worker holds at most ``RUNS_AHEAD + 1`` units' encoded bytes and hands over at
-most ``plan.PREFETCH_BATCHES`` decoded units (enough for the next group and a step more,
-``plan``), and the trainer's side holds one group; units may belong to the next segment,
-which is why ``plan`` sizes batches by the larger of training and evaluation.
+Memory: each worker holds at most ``RUNS_AHEAD + 1`` units' encoded bytes, and the decoded
+images live in the ring, allocated once when the workers start (a new one at each start):
+``plan.ring_slots`` groups, enough for those the trainer's side and the device loader may
+hold and for the workers to build the next group and a step more meanwhile; its slots are
+sized by the larger local batch of training and evaluation, whose units follow each other.
+A slot is reused only once every batch handed out of it is gone (``step_ring``): a consumer
+that holds more than the ring has room for (a script that keeps a whole epoch) gets the
+groups whose slot it holds built in the workers' own memory and copied into place, as
+before the ring (``Stream.copied`` counts them); the trainer never does.
 """
 
 from __future__ import annotations
@@ -33,13 +44,13 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from trainer.batches import IGNORE_LABEL, Batch, DataSource, RunSchedule, pad_batch
-from trainer.data import epoch_order, images, loader, plan
+from trainer.data import epoch_order, images, loader, plan, step_ring
 from trainer.data.shard_reads import prefetched
 
 TRAIN, EVAL = "train", "eval"
@@ -50,8 +61,12 @@ Position = Tuple[str, Optional[int], int]
 CLOSE_WAIT_S = 1.0
 # A stream on its own (no run told it its schedule): every epoch evaluated, no end.
 ENDLESS = RunSchedule()
-# What a worker hands over: (unit number, step, part, parts, images, labels).
-Item = Tuple[int, int, int, int, torch.Tensor, torch.Tensor]
+# What a worker hands over: (unit number, step, part, parts, images, labels, group number,
+# rows); images and labels None: the unit is in the step ring (``step_ring``).
+Item = Tuple[int, int, int, int, Optional[torch.Tensor], Optional[torch.Tensor], int, int]
+# A unit with where it goes: (kind, epoch, unit, group number, first row in its step, the
+# steps of its group: ``StreamSpec.block``).
+Placed = Tuple[str, Optional[int], epoch_order.Unit, int, int, range]
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,21 @@ class StreamSpec:
         split = self.split(kind)
         return epoch_order.Mixing(self.seed, epoch, split.cut.steps, split.mixing_steps)
 
+    @property
+    def block_steps(self) -> int:
+        """Steps a slot of the step ring holds: the larger split's mixing group."""
+        return max(self.train.mixing_steps, self.val.mixing_steps)
+
+    def block(self, kind: str, epoch: Optional[int], step: int, first: int) -> range:
+        """The steps put together with ``step`` (one slot of the step ring) in a segment
+        that starts at ``first``: its mixing group, or, unmixed, ``block_steps`` consecutive
+        steps (so an evaluation's steps fill the slots as training's do)."""
+        mixing = self.mixing(kind, epoch)
+        if mixing.size > 1:
+            return mixing.group(step)
+        start = step - step % self.block_steps
+        return range(max(first, start), min(start + self.block_steps, self.steps(kind)))
+
 
 def segments(start: Position, schedule: RunSchedule = ENDLESS) -> Iterator[Position]:
     """The segments from ``start`` on, as ``schedule`` orders them: an epoch from its step,
@@ -123,29 +153,86 @@ def work_units(spec: StreamSpec, start: Position) -> Iterator[Tuple[str, Optiona
             yield kind, epoch, unit
 
 
-def worker_items(spec: StreamSpec, start: Position, position: int, workers: int
-                 ) -> Iterator[Item]:
+def placed_units(spec: StreamSpec, start: Position) -> Iterator[Placed]:
+    """``work_units`` with where each goes: its group's number from ``start`` on (the step
+    ring's count, ``step_ring``) and its first row in its original step."""
+    number, last, offset, first = -1, None, 0, 0
+    for kind, epoch, unit in work_units(spec, start):
+        step, part, _, pieces = unit
+        first = step if last is None or last[:2] != (kind, epoch) else first
+        group = (kind, epoch, spec.block(kind, epoch, step, first))
+        if group != last:
+            number, last = number + 1, group
+        offset = 0 if part == 0 else offset
+        yield kind, epoch, unit, number, offset, group[2]
+        offset += sum(end - first for _, first, end in pieces)
+
+
+def destinations(spec: StreamSpec, kind: str, epoch: Optional[int], block: range, rows: int
+                 ) -> List[int]:
+    """For each row of the original steps ``block`` (``StreamSpec.block``: their local
+    batches end to end), its row in the trained steps, each ``rows`` apart (a slot of the
+    step ring): ``Mixing.rows`` inverted; unmixed, every row where it is."""
+    cut, mixing = spec.split(kind).cut, spec.mixing(kind, epoch)
+    local = cut.local_batch
+    placed = [0] * (len(block) * local)
+    for trained in block:
+        at = (trained - block.start) * local
+        sources = (mixing.rows(trained, cut, spec.host) if mixing.size > 1
+                   else range(at, at + local))
+        for row, source in enumerate(sources):
+            placed[source] = (trained - block.start) * rows + row
+    return placed
+
+
+def worker_items(spec: StreamSpec, start: Position, position: int, workers: int,
+                 ring: Optional[step_ring.StepRing] = None) -> Iterator[Item]:
     """The items worker ``position`` of ``workers`` builds: units ``position``,
-    ``position + workers``, ... of the stream, each read ``RUNS_AHEAD`` units ahead."""
-    mine = itertools.islice(enumerate(work_units(spec, start)), position, None,
-                            max(1, workers))
+    ``position + workers``, ... of the stream, each read ``RUNS_AHEAD`` units ahead. With a
+    ``ring``, each image goes straight to its row there (the item then carries no tensors),
+    unless the consumer holds the unit's slot while it waits for it (``StepRing.claim``)."""
+    mine = itertools.islice(placed_units(spec, start), position, None, max(1, workers))
     mine, ahead = itertools.tee(mine)
-    fetched = prefetched(ahead, lambda numbered, stop: spec.split(numbered[1][0]).reader
-                         .read_run(numbered[1][2][3], stop))
+    fetched = prefetched(ahead, lambda placed, stop: spec.split(placed[0]).reader
+                         .read_run(placed[2][3], stop))
+    number = position
+    placing: Tuple[Any, List[int]] = (None, [])  # the last group's destinations
     try:
-        for number, (kind, epoch, (step, part, parts, pieces)) in mine:
+        for kind, epoch, (step, part, parts, pieces), group, offset, block in mine:
             split = spec.split(kind)
             examples = split.reader.unpacked(pieces, next(fetched))
             decode = _decoder(kind, epoch, spec, split.reader.root)
-            x = _batch_tensor(len(examples), spec.image_size)
-            labels = []
-            for row, (name, data, label) in enumerate(examples):
-                x[row] = decode(name, data)
-                examples[row] = None  # its bytes go once decoded
-                labels.append(label)
-            yield number, step, part, parts, x, torch.tensor(labels, dtype=torch.int64)
+            if ring is not None and ring.claim(group, position):
+                x, y = ring.destination(group)
+                if placing[0] != (kind, epoch, block):
+                    placing = ((kind, epoch, block),
+                               destinations(spec, kind, epoch, block, ring.rows))
+                first = (step - block.start) * split.cut.local_batch + offset
+                _decode_into(x, y, placing[1][first:first + len(examples)], examples, decode)
+                end = offset + len(examples)
+                if part + 1 == parts and end < split.cut.local_batch:  # padded, as pad_batch
+                    padding = slice((step - block.start) * ring.rows + end,
+                                    (step - block.start) * ring.rows + split.cut.local_batch)
+                    x[padding].zero_()
+                    y[padding] = IGNORE_LABEL
+                yield number, step, part, parts, None, None, group, len(examples)
+            else:
+                x = _batch_tensor(len(examples), spec.image_size)
+                y = torch.empty(len(examples), dtype=torch.int64)
+                _decode_into(x, y, range(len(examples)), examples, decode)
+                yield number, step, part, parts, x, y, group, len(x)
+            number += max(1, workers)
     finally:
         fetched.close()
+
+
+def _decode_into(x: torch.Tensor, y: torch.Tensor, rows: Sequence[int], examples: List[Any],
+                 decode: Callable[[str, bytes], torch.Tensor]) -> None:
+    """Each of ``examples`` decoded into row ``rows[i]`` of ``x``, its label into ``y``."""
+    for index, (name, data, label) in enumerate(examples):
+        x[rows[index]] = decode(name, data)
+        y[rows[index]] = label
+        examples[index] = None  # its bytes go once decoded
 
 
 def _decoder(kind: str, epoch: Optional[int], spec: StreamSpec, root
@@ -167,12 +254,31 @@ def _batch_tensor(rows: int, size: int) -> torch.Tensor:
 class _Workers(IterableDataset):
     """Worker ``i`` of a DataLoader of ``workers`` iterates ``worker_items(..., i, ...)``."""
 
-    def __init__(self, spec: StreamSpec, start: Position, workers: int) -> None:
-        self.spec, self.start, self.workers = spec, start, workers
+    def __init__(self, spec: StreamSpec, start: Position, workers: int,
+                 ring: Optional[step_ring.StepRing]) -> None:
+        self.spec, self.start, self.workers, self.ring = spec, start, workers, ring
 
     def __iter__(self) -> Iterator[Item]:
         info = get_worker_info()
-        return worker_items(self.spec, self.start, info.id if info else 0, self.workers)
+        return worker_items(self.spec, self.start, info.id if info else 0, self.workers,
+                            self.ring)
+
+
+def new_ring(spec: StreamSpec, workers: int) -> step_ring.StepRing:
+    """The step ring for ``spec``'s workers: ``plan.ring_slots`` slots of ``block_steps``
+    of the larger segment's local batches."""
+    rows = max(spec.train.cut.local_batch, spec.val.cut.local_batch)
+    return step_ring.StepRing(plan.ring_slots(spec.block_steps), spec.block_steps, rows,
+                              spec.image_size, workers)
+
+
+@dataclass
+class _RingGroup:
+    """A group whose units are all in the step ring: its trained steps are the slot's step
+    buffers, handed out as they are."""
+
+    ring: step_ring.StepRing
+    lease: step_ring.Lease
 
 
 class Stream:
@@ -184,9 +290,13 @@ class Stream:
         self.at: Optional[Position] = None  # where the stream is, None: not running
         self.items: Optional[Iterator[Item]] = None
         self.next_unit = 0
-        # The group being trained: ((kind, epoch, its steps), its original steps' local
-        # batches); None before the first.
-        self.held: Optional[Tuple[Tuple[str, Optional[int], range], List[List[Batch]]]] = None
+        self.ring: Optional[step_ring.StepRing] = None  # the workers' step buffers
+        self.groups = 0  # the groups begun since the workers started (the ring's count)
+        self.copied = 0  # groups put together by copying, as without the ring
+        # The group being trained: ((kind, epoch, its steps), its slot in the ring, or its
+        # original steps' local batches); None before the first.
+        self.held: Optional[Tuple[Tuple[str, Optional[int], range],
+                                  Union[_RingGroup, List[List[Batch]]]]] = None
         self.generation = 0  # a newer request makes the iterators of older ones stale
         self.starts = 0  # how many times the workers were started
         self.lock = threading.Lock()
@@ -238,14 +348,17 @@ class Stream:
             workers = min(workers, sum(1 for _ in work_units(self.spec, position)))
         self.starts += 1
         if workers:
-            self.items = loader.load(_Workers(self.spec, position, workers), workers,
-                                     batch_size=None, prefetch_factor=plan.PREFETCH_BATCHES)
+            self.ring = new_ring(self.spec, workers)  # before the fork: the workers inherit it
+            self.items = loader.load(_Workers(self.spec, position, workers, self.ring),
+                                     workers, batch_size=None,
+                                     prefetch_factor=plan.PREFETCH_BATCHES)
         else:
             self.items = worker_items(self.spec, position, 0, 1)
-        self.at, self.next_unit = position, 0
+        self.at, self.next_unit, self.groups = position, 0, 0
 
     def _stop(self) -> None:
-        items, self.items, self.at, self.held = self.items, None, None, None
+        self._let_go()
+        items, self.items, self.at, self.ring = self.items, None, None, None
         if items is not None:
             close = getattr(items, "close", None)
             if close is not None:
@@ -256,16 +369,21 @@ class Stream:
         cut, steps = self.spec.split(kind).cut, self.spec.steps(kind)
         mixing = self.spec.mixing(kind, epoch)
         while step < steps:
-            group = mixing.group(step)
             with self.lock:
                 if generation != self.generation or self.items is None:
                     return  # a newer request took the stream over
+                group = (self._held_block(kind, epoch, step)
+                         or self.spec.block(kind, epoch, step, position[2]))
                 if self.held is None or self.held[0] != (kind, epoch, group):
-                    self.held = None  # its memory goes before the next group's comes
-                    self.held = ((kind, epoch, group), [
-                        self._original_step(original) for original in group])
-                batch = (_joined(self.held[1][0], cut.local_batch) if len(group) == 1
-                         else _mixed(self.held[1], mixing.rows(step, cut, self.spec.host)))
+                    self._let_go()  # its memory goes before the next group's comes
+                    self.held = ((kind, epoch, group), self._group(kind, epoch, group))
+                held = self.held[1]
+                if isinstance(held, _RingGroup):
+                    batch = held.ring.batch(held.lease, step - group.start, cut.local_batch)
+                elif mixing.size == 1:
+                    batch = _joined(held[step - group.start], cut.local_batch)
+                else:
+                    batch = _mixed(held, mixing.rows(step, cut, self.spec.host))
                 step += 1
                 # Where the stream is once this batch is taken: the next segment after the
                 # last (a caller that takes exactly the segment's steps never asks again).
@@ -273,21 +391,79 @@ class Stream:
                            else _after(position, self.spec.schedule))
             yield batch
 
-    def _original_step(self, step: int) -> List[Batch]:
+    def _held_block(self, kind: str, epoch: Optional[int], step: int) -> Optional[range]:
+        """The steps of the group held if ``step`` of that segment is one of them (a request
+        that continues within the group: it need not start where the group does)."""
+        if self.held is not None and self.held[0][:2] == (kind, epoch) and step in self.held[0][2]:
+            return self.held[0][2]
+        return None
+
+    def _let_go(self) -> None:
+        """The group held is handed out: its slot goes once its batches have gone too."""
+        held, self.held = self.held, None
+        if held is not None and isinstance(held[1], _RingGroup):
+            held[1].lease.release()
+
+    def _group(self, kind: str, epoch: Optional[int], group: range
+               ) -> Union[_RingGroup, List[List[Batch]]]:
+        """The next group's units: its slot in the ring if every unit is there, else its
+        original steps' local batches in parts (``_original_step``)."""
+        number, ring = self.groups, self.ring
+        self.groups += 1
+        if ring is None:
+            return [self._original_step(original, number) for original in group]
+        ring.want(number)
+        lease = ring.lease(number)
+        try:
+            items = [self._original_items(original, number) for original in group]
+            if all(item[4] is None for parts in items for item in parts):
+                lease.hold()  # released by ``_let_go``
+                return _RingGroup(ring, lease)
+            self.copied += 1
+            return self._from_ring(kind, epoch, group, number, items)
+        finally:
+            lease.release()
+
+    def _from_ring(self, kind: str, epoch: Optional[int], group: range, number: int,
+                   items: List[List[Item]]) -> List[List[Batch]]:
+        """A group some of whose units are not in the ring (a consumer held their slot): the
+        ring's units copied out of it, as the workers sent the others."""
+        assert self.ring is not None
+        local = self.spec.split(kind).cut.local_batch
+        placed = destinations(self.spec, kind, epoch, group, self.ring.rows)
+        ring_x, ring_y = self.ring.destination(number)
+        steps = []
+        for original, parts in zip(group, items):
+            first, batches = (original - group.start) * local, []
+            for item in parts:
+                if item[4] is None:
+                    rows = torch.tensor(placed[first:first + item[7]], dtype=torch.int64)
+                    batches.append((ring_x.index_select(0, rows), ring_y.index_select(0, rows)))
+                else:
+                    batches.append((item[4], item[5]))
+                first += item[7]
+            steps.append(batches)
+        return steps
+
+    def _original_step(self, step: int, group: int) -> List[Batch]:
         """The units of original step ``step``, the next in the stream, in order: one local
         batch in parts (put together by ``_joined`` or ``_mixed``, each image copied once)."""
+        return [(part[4], part[5]) for part in self._original_items(step, group)]
+
+    def _original_items(self, step: int, group: int) -> List[Item]:
+        """The items of original step ``step`` of group ``group``, the next in the stream."""
         parts: List[Item] = []
         while not parts or parts[-1][2] + 1 < parts[-1][3]:
-            parts.append(self._next_item(step))
-        return [(part[4], part[5]) for part in parts]
+            parts.append(self._next_item(step, group))
+        return parts
 
-    def _next_item(self, step: int) -> Item:
+    def _next_item(self, step: int, group: int) -> Item:
         assert self.items is not None
         item = next(self.items)
-        if item[0] != self.next_unit or item[1] != step:  # a bug, never bad input
-            raise RuntimeError("data stream out of order: unit {} of step {} where unit {} "
-                               "of step {} belongs".format(item[0], item[1], self.next_unit,
-                                                           step))
+        if item[0] != self.next_unit or item[1] != step or item[6] != group:  # a bug
+            raise RuntimeError("data stream out of order: unit {} of step {} (group {}) where "
+                               "unit {} of step {} (group {}) belongs".format(
+                                   item[0], item[1], item[6], self.next_unit, step, group))
         self.next_unit += 1
         return item
 

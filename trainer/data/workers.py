@@ -1,8 +1,9 @@
 """How many processes decode images when the user does not say: the host's cores (the ones
 this process may run on, which a container's CPU set limits), less one for the process that
 feeds the devices, capped where more workers only add memory (each holds up to
-``shard_reads.RUNS_AHEAD + 1`` local batches' encoded bytes, and ``plan.PREFETCH_BATCHES``
-decoded ones in shared memory: ``python -m trainer.data.plan`` shows the figures)."""
+``shard_reads.RUNS_AHEAD + 1`` local batches' encoded bytes and about 260 MB of its own; the
+ring of step buffers they decode into is the same for any number: ``python -m
+trainer.data.plan`` shows the figures)."""
 
 from __future__ import annotations
 

@@ -41,12 +41,16 @@ def test_imagenet_on_a_slice_trains_on_all_but_one_global_batch(hosts, chips, pe
     assert figures.batch_bytes == local * (3 * 224 * 224 + 8)
     # A unit is at most ceil(local / 32) + 32 rows (a part of a step cut for 32 workers and
     # one piece more); 32 workers have PREFETCH_BATCHES each in flight, enough for a mixing
-    # group and a step more, and the trainer holds a group and the device loader's batches.
+    # group and a step more. They decode into the step ring: the groups the device loader's
+    # batches and the one handed out span (9 + 1 consecutive steps: 4 groups of 4) and the
+    # 2 the workers build meanwhile, whatever the workers' number.
     assert plan.PREFETCH_BATCHES == MIXING_STEPS + 1
     assert figures.unit_bytes == min(local, -(-local // 32) + 32) * (3 * 224 * 224 + 8)
-    assert figures.shared_memory == (32 * plan.PREFETCH_BATCHES * figures.unit_bytes
-                                     + (MIXING_STEPS + plan.LOADER_HELD_BATCHES)
-                                     * figures.batch_bytes)
+    assert plan.LOADER_HELD_BATCHES == 9 and plan.ring_slots(MIXING_STEPS) == 4 + 2
+    assert plan.ring_slots(1) == 10 + 5
+    assert figures.shared_memory == 6 * MIXING_STEPS * figures.batch_bytes
+    assert figures.shared_memory == plan.shared_memory(plan.shape_from_flags(
+        hosts, chips, per_chip, 0, 1, 224))
     assert figures.worker_ram == (RUNS_AHEAD + 1) * max(figures.worker.largest_run,
                                                         figures.largest_eval_run)
     assert figures.host_ram == 32 * figures.worker_ram + figures.shared_memory
@@ -83,7 +87,8 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
     assert lines[3].startswith("per data worker per epoch, at most: 86 runs (work units), 86 "
                                "ranged reads, ")
     assert lines[4].startswith("read per epoch by all hosts: ")
-    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 2.2 GB" in lines[5]
+    assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 1.8 GB" in lines[5]
+    assert "a step ring of 24 local batches of 77.1 MB (6 slots of 4 steps)" in lines[5]
 
 
 @pytest.mark.parametrize("args, text", [

@@ -32,6 +32,15 @@ def test_too_little_room_names_the_size_and_the_workers_that_fit(tmp_path):
     shared_memory.check(needed, 10, per_worker, str(tmp_path / "absent"))  # nothing to check
 
 
+def test_when_the_workers_share_one_ring_the_hint_is_a_smaller_batch_or_no_workers(tmp_path):
+    free = shared_memory.free_bytes(str(tmp_path))
+    with pytest.raises(TrainerError) as raised:
+        shared_memory.check(free + 1, 10, 0, str(tmp_path))  # none of it is a worker's own
+    assert "or lower --batch_size" in raised.value.hint
+    assert "or --num_workers=0, which decodes in the training process" in raised.value.hint
+    assert "lower --num_workers" not in raised.value.hint
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
 def test_the_trainer_stops_at_start_in_a_container_with_too_little_shared_memory(
         photo_shards, tmp_path):

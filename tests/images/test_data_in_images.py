@@ -1,6 +1,7 @@
 """The ImageNet data path in both images, on real photographs (``tests/photos.py``): in the
 xrt image (Python 3.7, torch 1.11, google-cloud-storage 2.10) the shard command writes shards
-to fake-gcs-server and the trainer's reader streams them back with two worker processes; in
+to fake-gcs-server and the trainer's reader streams them back with two worker processes
+(into the step ring, the same batches as without workers); in
 the pjrt image ImageNet trains from those shards on two CPU devices in bf16 through the
 launcher; Docker's default /dev/shm stops ImageNet at start with one line naming
 --shm-size."""
@@ -18,8 +19,12 @@ from trainer.data.shard_source import ShardSource
 source = ShardSource(sys.argv[1], 64, 8, 2, 1)
 x, y = next(source.train_batches(0, 3))
 labels = [int(label) for _, batch in source.eval_batches() for label in batch if label >= 0]
+# The workers decoded into the step ring (torch 1.11's shared storage): the same batch as
+# decoded in this process, and no group had to be copied.
+alone = ShardSource(sys.argv[1], 64, 8, 0, 1)
+x0, y0 = next(alone.train_batches(0, 3))
 print("%d.%d" % sys.version_info[:2], tuple(x.shape), x.dtype, len(labels), len(set(labels)),
-      torch_resamples_uint8())
+      torch_resamples_uint8(), bool(x.equal(x0) and y.equal(y0)), source.stream.copied)
 """
 FAST_PATHS = """
 from trainer.data import jpeg_decode, resample
@@ -39,7 +44,7 @@ def test_shards_are_written_and_streamed_on_python_37(images, photos, gcs, gcs_s
     assert read.returncode == 0, read.stderr
     # torch 1.11 has no uint8 antialiased resize: Pillow's path decoded and resized them.
     assert read.stdout.split() == ["3.7", "(8,", "3,", "64,", "64)", "torch.uint8", "64", "8",
-                                   "False"]
+                                   "False", "True", "0"]
 
 
 def test_the_pjrt_image_decodes_and_resizes_on_the_fast_paths(images):

@@ -130,13 +130,15 @@ NUMERIC_ISA_CAP ?= SSE4_2
 # time is one core busy (a process importing torch_xla or TensorFlow, an XLA compile, a test
 # waiting for a hung request or a signal), so two workers keep both cores of a 2-core machine
 # busy. Trainer and SPMD tiers: worksteal hands each worker a run of consecutive tests, so a
-# module's fixtures are mostly made once. Launcher tier: loadgroup, one test at a time, except
-# the modules that write the checkout's build/ and runs/ (conftest.WRITES_THE_CHECKOUT), kept
-# on one worker. TEST_WORKERS=0: one process, in order.
+# module's fixtures are mostly made once. The modules that write the checkout's build/ and
+# runs/ (marked writes_checkout) run after the launcher tier, in one process, in order
+# (xdist's loadgroup does not keep a group on one worker under pytest 9: its renamed node ids
+# are ignored). TEST_WORKERS=0: one process, in order.
 TEST_WORKERS ?= 2
 test: export HYPOTHESIS_PROFILE = ci
 test: lint
-	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "not tensorflow" -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "not tensorflow and not writes_checkout" -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest tests/delivery -m writes_checkout
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer -m "not spmd" -n $(TEST_WORKERS) --dist worksteal
 	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd -n $(TEST_WORKERS) --dist worksteal

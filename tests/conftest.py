@@ -74,11 +74,11 @@ _PLATFORM_VARIABLES = ("TPU_CONFIG", "TF_CONFIG", "CLUSTER_SPEC", "TPU_NAME", "X
                        "GOOGLE_APPLICATION_CREDENTIALS", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
 
 
-# make test runs the launcher, delivery and image-tool tests on two pytest-xdist workers
-# (--dist loadgroup). Tests that run make targets or documented blocks in the checkout write
-# its build/ and runs/ (build/vertex-job, build/gke-last-job, runs/rehearsal-DATE) and look at
-# what appeared there: their modules carry this mark, which keeps them on one worker, in order.
-WRITES_THE_CHECKOUT = pytest.mark.xdist_group("writes-the-checkout")
+# make test runs the launcher, delivery and image-tool tests on two pytest-xdist workers.
+# Tests that run make targets or documented blocks in the checkout write its build/ and runs/
+# (build/vertex-job, build/gke-last-job, runs/rehearsal-DATE) and look at what appeared there:
+# their modules carry this mark, and make test runs them apart, in one process, in order.
+WRITES_THE_CHECKOUT = pytest.mark.writes_checkout
 
 
 def wait_for_line(process, needle: str, timeout: float = 180) -> None:

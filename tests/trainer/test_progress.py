@@ -73,15 +73,19 @@ def summary_in_range(job):
 
 
 def test_a_starved_run_says_input_bound_with_its_fix(large_image_shards, tmp_path):
-    # Starved whatever the machine: one worker decodes two 6 MB noise JPEGs per step while a
-    # step of two 16 px images takes a fraction of that. With batch 2 an epoch is 8 steps:
-    # at 4 steps an epoch the stream's prefetch (13 local batches, trainer.data.plan), filled
-    # while the first step compiled, covered most of the run, which then waited 9 % once.
+    # Starved whatever the machine: one worker decodes a 6 MB noise JPEG in about as long as
+    # a whole step of resnet18 at 16 px takes (both measured here: 60-70 ms, and 75-110 ms
+    # for a step of 2-8 images), so at batch 4 it supplies a step in about 3 steps' time.
+    # The run must also outlast what the worker builds ahead, much of it while the first step
+    # compiles: the step ring's ring_batches() local batches (24: 4.8 epochs of 4 training
+    # steps and 1 evaluation step). At 3 epochs of batch 2, the ring covered the whole run.
+    from trainer.data.plan import ring_batches
+    epochs = ring_batches() // 5 + 3
     job = tmp_path / "job"
     out = run_trainer("trainer.imagenet", "--data_dir=" + str(large_image_shards),
                       "--num_workers=1", "--model=resnet18", "--image_size=16",
-                      "--batch_size=2", "--num_epochs=3", "--warmup_epochs=0", "--log_steps=2",
-                      "--job_dir=" + str(job))
+                      "--batch_size=4", "--num_epochs={}".format(epochs), "--warmup_epochs=0",
+                      "--log_steps=2", "--job_dir=" + str(job))
     output = out.splitlines()
     [at] = [number for number, line in enumerate(output) if "input-bound" in line]  # once
     advice = output[at]

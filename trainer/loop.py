@@ -90,6 +90,8 @@ class LoopState:
     global_step: int = 0
     loss_total: Optional[torch.Tensor] = None
     clock: StepClock = field(default_factory=StepClock)
+    # The last step at which ``loss_total`` was read and was finite (``trainer.divergence``).
+    loss_finite_at: int = 0
 
 
 @dataclass

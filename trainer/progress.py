@@ -7,6 +7,7 @@ more than ``INPUT_BOUND_SHARE`` of a window, one line containing ``input-bound``
 fix applies on this host (``input_bound_advice``); never on ``--fake_data``, whose one
 batch is always ready. A window with one wait of ``STALL_SECONDS`` or more is a stall, not a
 lack of cores: its line (``stall_advice``, each time) points at the data's storage instead.
+A window whose running loss is nan or inf stops the run instead (``trainer.divergence``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from trainer.divergence import check_loss
 from trainer.loop import LoopState
 
 log = logging.getLogger("trainer")
@@ -92,6 +94,7 @@ class ProgressLog:
 
     def __call__(self, step: int, loss_total: torch.Tensor) -> None:
         total = float(loss_total.item())  # in a step closure: the step has run already
+        check_loss(self.state, total, step)
         clock, now = self.state.clock, time.perf_counter()
         steps = max(1, step - self.last_step)
         # Training time only (the clock stops for evaluations and epoch-end checkpoints);

@@ -20,6 +20,7 @@ from trainer import xla
 from trainer.checkpoint_writer import BackgroundWriter
 from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
 from trainer.devices import ONE_DEVICE, Topology
+from trainer.divergence import check_loss, check_state
 from trainer.errors import EX_USAGE, DataError, TrainerError
 from trainer.loop import LoopState
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
@@ -82,7 +83,7 @@ class RunCheckpoints:
         # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])
         state.epoch, state.step_in_epoch = saved["epoch"], saved["step_in_epoch"]
-        state.global_step = saved["step"]
+        state.global_step = state.loss_finite_at = saved["step"]  # saved only when finite
         self.steps.learning_rate.set(state.global_step)
         total = float(saved.get("loss_total", 0.0))
         state.loss_total = xla.device_number(total, self.steps.device)
@@ -149,6 +150,9 @@ class RunCheckpoints:
             return None
         started = time.perf_counter()
         xla.sync()  # cut the step graph as the loader would, so the reads below compile nothing
+        # Every process reads the same replicated loss: a diverged run stops on all of them.
+        total = _total(state)
+        check_loss(state, total, state.global_step)
         uri = self.store.uri(state.global_step)
         if self.topology.writes_outputs:
             steps = self.steps
@@ -158,7 +162,7 @@ class RunCheckpoints:
                                "optimizer": steps.optimizer.state_dict()}, xla.to_host)
             snapshot.update({
                 "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
-                "step": state.global_step, "loss_total": _total(state),
+                "step": state.global_step, "loss_total": total,
                 "global_batch": self.global_batch or None,
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
@@ -170,6 +174,8 @@ class RunCheckpoints:
             def write() -> None:
                 if upload is not None:
                     upload()
+                check_state({"model": snapshot["model"], "optimizer": snapshot["optimizer"]},
+                            step)
                 self._write(step, snapshot)
 
             self.writer.submit(write, "checkpoint " + uri)

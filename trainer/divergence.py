@@ -1,0 +1,74 @@
+"""A run whose training loss is no longer finite stops, before it checkpoints the weights.
+
+Once a step's loss is nan or inf, the weights it updates are too, and every later step,
+checkpoint and evaluation carries them on: the newest checkpoints would be replaced by ones a
+resume cannot recover from, while the slice keeps computing nothing. The loop's running loss
+(``LoopState.loss_total``, a sum on the device) stays non-finite once any step's loss was, so
+the run needs no read of its own: the progress closure and each checkpoint read that sum
+already, and both check it here (``check_loss``). Every process of a slice reads the same
+replicated loss at the same step, so all of them stop together, with the same line and exit
+code 65 (the platforms do not retry it: a resume from the last checkpoint would diverge at the
+same step again with the same flags and data).
+
+A step whose loss is still finite can leave non-finite weights (its gradient overflowed), so
+the checkpoint writer also looks at the state it is handed (``check_state``), in its own
+thread, off the loop's path: such a checkpoint is not written, and the run stops within a
+step (``checkpoint_writer``), the next step's loss being nan."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Tuple
+
+import torch
+
+from trainer.errors import DataError
+from trainer.loop import LoopState
+
+
+def check_loss(state: LoopState, total: float, step: int) -> None:
+    """Raise the run's ``DataError`` if ``total``, the running training loss read at
+    ``step``, is nan or inf; else record ``step`` as the last one seen finite
+    (``state.loss_finite_at``)."""
+    if math.isfinite(total):
+        state.loss_finite_at = max(state.loss_finite_at, step)
+        return
+    finite_until = state.loss_finite_at
+    steps = ("step {}".format(step) if step - finite_until <= 1
+             else "steps {}-{}".format(finite_until + 1, step))
+    raise DataError(
+        "the training loss is {} in {} (finite up to step {}): the weights are no longer "
+        "numbers, so the run stops without checkpointing them".format(
+            "nan" if math.isnan(total) else "inf", steps, finite_until), _HINT)
+
+
+def check_state(snapshot: Any, step: int) -> None:
+    """Raise the run's ``DataError`` if a floating-point tensor of ``snapshot`` (a
+    checkpoint's state on the host, nested dicts and lists) holds nan or inf."""
+    for name, tensor in _tensors(snapshot, ""):
+        # Summed in float64, finite float32 values cannot overflow (2^128 each, at most 2^64
+        # of them, against float64's 2^1024), so the sum is finite exactly when every
+        # element is: one pass, and no mask as large as the tensor.
+        if tensor.is_floating_point() and not math.isfinite(
+                float(tensor.sum(dtype=torch.float64))):
+            raise DataError(
+                "the checkpoint of step {} is not written: {} holds nan or inf, though the "
+                "training loss was finite so far (a gradient overflowed)".format(step, name),
+                _HINT)
+
+
+_HINT = ("lower --lr or raise --warmup_epochs, or check those steps' examples; then start "
+         "over in a new --job_dir, or resume this one from a checkpoint of an earlier step "
+         "(every checkpoint written holds finite weights, but the newest may be on its way "
+         "out already)")
+
+
+def _tensors(value: Any, name: str) -> Iterator[Tuple[str, torch.Tensor]]:
+    if isinstance(value, torch.Tensor):
+        yield name, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, "{}.{}".format(name, key) if name else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _tensors(item, "{}.{}".format(name, index))

@@ -5,7 +5,7 @@ Each line gives the loss, the step time, the share of it the loop waited for the
 TensorBoard and ``metrics.jsonl`` get the same figures (``train/...``). When the loop waited
 more than ``INPUT_BOUND_SHARE`` of a window, one line containing ``input-bound`` says which
 fix applies on this host (``input_bound_advice``); never on ``--fake_data``, whose one
-batch is always ready. A window with one wait of ``STALL_SECONDS`` or more is a stall, not a
+batch is always ready, nor for a window that compiled a graph (the workers' start-up). A window with one wait of ``STALL_SECONDS`` or more is a stall, not a
 lack of cores: its line (``stall_advice``, each time) points at the data's storage instead.
 A window whose running loss is nan or inf stops the run instead (``trainer.divergence``).
 """
@@ -90,6 +90,7 @@ class ProgressLog:
         self.last_total = initial_total  # loss_total is a running sum over the whole run
         self.last_seconds, self.last_waited = state.clock.seconds, state.clock.waited
         self.last_time = time.perf_counter()
+        self.last_graphs = compiled()
         self.advised = False
 
     def __call__(self, step: int, loss_total: torch.Tensor) -> None:
@@ -116,11 +117,15 @@ class ProgressLog:
                               "graphs_compiled": graphs}, step)
         if clock.longest_wait >= STALL_SECONDS:
             log.info("%s", stall_advice(clock.longest_wait, steps))
-        elif share > INPUT_BOUND_SHARE and not self.setup.fake and not self.advised:
+        # A window that compiled a graph is also the one the data workers started in (a
+        # resume's first, too): what it waited says how fast they start, not how fast they
+        # supply, and more workers would start no sooner.
+        elif (share > INPUT_BOUND_SHARE and not self.setup.fake and not self.advised
+              and graphs == self.last_graphs):
             log.info("%s", input_bound_advice(share, steps, self.setup))
             self.advised = True  # once a run: each progress line shows the share anyway
         clock.longest_wait = 0.0
-        self.last_step, self.last_total = step, total
+        self.last_step, self.last_total, self.last_graphs = step, total, graphs
         self.last_seconds, self.last_waited, self.last_time = clock.seconds, clock.waited, now
 
 

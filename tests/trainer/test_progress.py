@@ -8,6 +8,7 @@ JPEGs of noise (about 60 ms each here: a decoder cannot skip the entropy decodin
 file, whatever size it scales to) for a resnet18 at 16 px, batch 4, whose steps take less."""
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -37,6 +38,25 @@ def test_the_advice_names_the_fix_that_applies_on_this_host(setup, fix):
     assert fix in line
     if not setup.decodes_images:
         assert not re.search(r"decode already|make_shards|--num_workers", line), line
+
+
+def test_a_window_that_compiled_is_not_called_input_bound(caplog):
+    # The first window compiles the step while the data workers start: its wait is their
+    # start-up, which more workers would not shorten. The next window's wait is supply.
+    from trainer.loop import LoopState
+    from trainer.progress import ProgressLog
+
+    state, graphs = LoopState(), [0]
+    progress = ProgressLog(state, 4, 1, 100, lambda kind, values, step: None,
+                           lambda: graphs[0], InputSetup(False, 1, 8))
+    graphs[0] = 2
+    state.clock.seconds, state.clock.waited = 10.0, 3.0  # 30 % waited, compiling
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        progress(2, torch.tensor(2.0))
+        assert "input-bound" not in caplog.text
+        state.clock.seconds, state.clock.waited = 11.0, 3.3  # 30 % of this window too
+        progress(4, torch.tensor(4.0))
+    assert caplog.text.count("input-bound: the loop waited 30% of the last 2 steps") == 1
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,10 @@ Each line gives the loss, the step time, the share of it the loop waited for the
 TensorBoard and ``metrics.jsonl`` get the same figures (``train/...``). When the loop waited
 more than ``INPUT_BOUND_SHARE`` of a window, one line containing ``input-bound`` says which
 fix applies on this host (``input_bound_advice``); never on ``--fake_data``, whose one
-batch is always ready, nor for a window that compiled a graph (the workers' start-up). A window with one wait of ``STALL_SECONDS`` or more is a stall, not a
-lack of cores: its line (``stall_advice``, each time) points at the data's storage instead.
-A window whose running loss is nan or inf stops the run instead (``trainer.divergence``).
+batch is always ready, nor for a window that compiled a graph (the workers' start-up). A
+window with one wait of ``STALL_SECONDS`` or more is a stall, not a lack of cores: its line
+(``stall_advice``, each time) points at the data's storage instead. A window whose running
+loss is nan or inf stops the run instead (``trainer.divergence``).
 """
 
 from __future__ import annotations

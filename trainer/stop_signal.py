@@ -69,9 +69,12 @@ def _on_alarm(signum: int, frame: object) -> None:
 
 def _stop_waiting(grace: float) -> None:
     """Raise ``Stopped`` now if ``grace`` has passed since the signal, else set an alarm for
-    when it will have."""
+    when it will have. A wait raises once: it is marked over first, so that an alarm still
+    on its way finds no wait (and cannot raise again, in the wait's cleanup or later)."""
+    global _waiting
     left = _received_at + grace - time.monotonic()
     if left <= 0:
+        _waiting = None
         raise Stopped()
     signal.setitimer(signal.ITIMER_REAL, left)
 
@@ -94,8 +97,21 @@ def _wake_the_main_thread() -> None:
 
 
 def _read_wakeups(read: int, main: int) -> None:
-    while os.read(read, 64):
-        if _waiting is not None:  # else the main thread runs the handler itself, soon
+    """Wake a waiting main thread: at once for a stop signal; for an alarm only once the
+    wait's grace has passed (the grace timer's alarm, which the kernel may have given to
+    another thread). Every alarm writes to the pipe too, this thread's own included:
+    answering each of those with another alarm kept some 10,000 a second going for as long as
+    the wait lasted."""
+    stops = {int(number) for number in STOPS}
+    while True:
+        numbers = os.read(read, 64)  # one byte per signal: its number
+        if not numbers:
+            return
+        grace = _waiting
+        if grace is None:  # the main thread runs the handler itself, soon
+            continue
+        if stops.intersection(numbers) or (
+                _received is not None and time.monotonic() >= _received_at + grace):
             signal.pthread_kill(main, signal.SIGALRM)
 
 

@@ -119,8 +119,7 @@ def to_cpu(value: Any, fetch: Optional[Fetch] = None) -> Any:
     training goes on. ``fetch`` copies a list of tensors to the CPU at once (``xla.to_host``:
     one transfer for all those on the device, where one per tensor waits for each in turn);
     default: one by one."""
-    tensors: List[torch.Tensor] = []
-    _collect(value, tensors)
+    tensors = [tensor for _, tensor in named_tensors(value)]
     copies = (fetch or _each_to_cpu)(tensors)
     return _rebuilt(value, iter(copies))
 
@@ -129,15 +128,17 @@ def _each_to_cpu(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     return [tensor.detach().to("cpu", copy=True) for tensor in tensors]
 
 
-def _collect(value: Any, tensors: List[torch.Tensor]) -> None:
+def named_tensors(value: Any, name: str = "") -> Iterator[Tuple[str, torch.Tensor]]:
+    """Every tensor of nested state (dicts, lists, tuples), with its dotted path
+    (``optimizer.state.0.momentum_buffer``), in the order ``_rebuilt`` puts copies back."""
     if isinstance(value, torch.Tensor):
-        tensors.append(value)
+        yield name, value
     elif isinstance(value, dict):
-        for item in value.values():
-            _collect(item, tensors)
+        for key, item in value.items():
+            yield from named_tensors(item, "{}.{}".format(name, key) if name else str(key))
     elif isinstance(value, (list, tuple)):
-        for item in value:
-            _collect(item, tensors)
+        for index, item in enumerate(value):
+            yield from named_tensors(item, "{}.{}".format(name, index) if name else str(index))
 
 
 def _rebuilt(value: Any, copies: Iterator[torch.Tensor]) -> Any:

@@ -18,10 +18,11 @@ step (``checkpoint_writer``), the next step's loss being nan."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Tuple
+from typing import Any
 
 import torch
 
+from trainer.checkpoints import named_tensors
 from trainer.errors import DataError
 from trainer.loop import LoopState
 
@@ -45,7 +46,7 @@ def check_loss(state: LoopState, total: float, step: int) -> None:
 def check_state(snapshot: Any, step: int) -> None:
     """Raise the run's ``DataError`` if a floating-point tensor of ``snapshot`` (a
     checkpoint's state on the host, nested dicts and lists) holds nan or inf."""
-    for name, tensor in _tensors(snapshot, ""):
+    for name, tensor in named_tensors(snapshot):
         # Summed in float64, finite float32 values cannot overflow (2^128 each, at most 2^64
         # of them, against float64's 2^1024), so the sum is finite exactly when every
         # element is: one pass, and no mask as large as the tensor.
@@ -61,14 +62,3 @@ _HINT = ("lower --lr or raise --warmup_epochs, or check those steps' examples; t
          "over in a new --job_dir, or resume this one from a checkpoint of an earlier step "
          "(every checkpoint written holds finite weights, but the newest may be on its way "
          "out already)")
-
-
-def _tensors(value: Any, name: str) -> Iterator[Tuple[str, torch.Tensor]]:
-    if isinstance(value, torch.Tensor):
-        yield name, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _tensors(item, "{}.{}".format(name, key) if name else str(key))
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _tensors(item, "{}.{}".format(name, index))

@@ -174,8 +174,7 @@ class RunCheckpoints:
             def write() -> None:
                 if upload is not None:
                     upload()
-                check_state({"model": snapshot["model"], "optimizer": snapshot["optimizer"]},
-                            step)
+                check_state(snapshot, step)
                 self._write(step, snapshot)
 
             self.writer.submit(write, "checkpoint " + uri)

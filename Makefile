@@ -64,7 +64,10 @@ LOCAL_TPU_CONFIG ?= {"project": "$(PROJECT)", "zone": "$(TPU_ZONE)", "tpu_node_n
 LOCAL_CLUSTER_SPEC ?= {"cluster":{"workerpool0":["localhost:2222"]},"environment":"cloud","task":{"type":"workerpool0","index":0,"trial":""},"job":{"workerPoolSpecs":[{"machineSpec":{"machineType":"n1-standard-4"},"replicaCount":"1"}]}}
 
 comma := ,
-require = $(if $(strip $($(1))),,$(error $(1) is not set: make $@ $(1)=...))
+# The target named in its hint is the one typed: check-job's PROJECT, required by make
+# submit-vertex, says "make submit-vertex PROJECT=..." (REQUIRED_BY, set by the submit targets
+# for their prerequisites).
+require = $(if $(strip $($(1))),,$(error $(1) is not set: make $(or $(REQUIRED_BY),$@) $(1)=...))
 check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt or pjrt, got '$(RUNTIME)'))
 
 # $(VENV)/gcs2: the xrt image's google-cloud-storage 2.x, an overlay the tests put first on
@@ -85,9 +88,13 @@ venv: $(STAMP)
 ## and execs the MNIST trainer on the shipped real-digit sample (data/mnist-sample: 2,000
 ## training and 500 test digits; 5 epochs, about 15 s), printing its test accuracy; outputs in
 ## runs/mnist-DATE. RUN_ARGS come after the defaults, so they add or override one flag each
-## (RUN_ARGS=--num_epochs=1); RUN_ARGS=--fake_data is a smoke run on constant fake data.
+## (RUN_ARGS=--num_epochs=1); RUN_ARGS=--smoke is a smoke run (one step, one evaluation
+## batch, every output: seconds). Ctrl-C checkpoints and names the command that resumes the run.
 RUN_DEFAULTS = --data_dir=data/mnist-sample --log_steps=10 --job-dir=runs/mnist-$$(date +%Y%m%d-%H%M%S)
 RUN_ARGS ?=
+# How the trainer names the command that resumes a stopped run (trainer/restart.py).
+run: export RESUME_WITH = make run RUN_ARGS
+run: export RESUME_ARGS = $(RUN_ARGS)
 run: $(STAMP)
 	$(PY) -m launcher -- $(RUN_DEFAULTS) $(RUN_ARGS)
 
@@ -101,6 +108,8 @@ IMAGENET_DEFAULTS = --data_dir=$(IMAGENET_SAMPLE) --model=resnet18 --image_size=
 	--batch_size=16 --num_epochs=2 --warmup_epochs=0 --log_steps=4 \
 	--job-dir=runs/imagenet-$$(date +%Y%m%d-%H%M%S)
 IMAGENET_ARGS ?=
+run-imagenet: export RESUME_WITH = make run-imagenet IMAGENET_ARGS
+run-imagenet: export RESUME_ARGS = $(IMAGENET_ARGS)
 run-imagenet: $(STAMP)
 	test -d $(IMAGENET_SAMPLE) || $(PY) data/make_imagenet_sample.py $(IMAGENET_SAMPLE)
 	$(PY) -m launcher --trainer 'python -m trainer.imagenet' -- $(IMAGENET_DEFAULTS) $(IMAGENET_ARGS)
@@ -240,17 +249,25 @@ check-job: $(STAMP)
 # The submit targets ask the registry for IMAGE_URI first: a job naming an image that was
 # never pushed would fail only once the platform has started its machines. Artifact Registry
 # answers gcloud (the tool that submits); any other registry (gcr.io included) Docker's
-# manifest lookup, with Docker's login. One line on failure: the tool's last line and the fix.
+# manifest lookup, with Docker's login. One line on failure: the tool's own sentence (gcloud's
+# first ERROR line, else the last line) and the fix. gcloud without a logged-in account says
+# so in a paragraph that ends "... to select an already authenticated account to use.", and
+# names `gcloud auth login`: that is the fix then, not a push.
 image_lookup = $(if $(filter %-docker.pkg.dev,$(AR_HOST)),$(GCLOUD) artifacts docker images describe $(IMAGE_URI),$(DOCKER) manifest inspect $(IMAGE_URI))
 define require_pushed
 @err="$$($(image_lookup) 2>&1 >/dev/null)" || { \
-  echo "make $@: IMAGE_URI $(IMAGE_URI) is not in its registry ($$(printf '%s\n' "$$err" | tail -n 1)); HINT: push it first (make build push PROJECT=$(PROJECT) RUNTIME=$(RUNTIME)), or set IMAGE_URI to a pushed image" >&2; \
+  said="$$(printf '%s\n' "$$err" | grep -m 1 '^ERROR:' || printf '%s\n' "$$err" | tail -n 1)"; \
+  case "$$err" in \
+    *"gcloud auth login"*) echo "make $@: gcloud could not ask the registry for IMAGE_URI $(IMAGE_URI): no account is logged in ($$said); HINT: run gcloud auth login (or gcloud config set account ACCOUNT), then make $@ again" >&2 ;; \
+    *) echo "make $@: IMAGE_URI $(IMAGE_URI) is not in its registry ($$said); HINT: push it first (make build push PROJECT=$(PROJECT) RUNTIME=$(RUNTIME)), or set IMAGE_URI to a pushed image" >&2 ;; \
+  esac; \
   exit 1; }
 endef
 
 ## submit: legacy AI Platform Training (stopped accepting jobs on 2025-01-31; image profile
 ## xrt). Refuses an IMAGE_URI its registry does not have.
 submit: RUNTIME = xrt
+submit: REQUIRED_BY = submit
 submit: check-job
 	$(require_pushed)
 	$(PY) -m jobspec exec $(GCLOUD) ai-platform jobs submit training $(JOB_NAME) \
@@ -264,6 +281,7 @@ submit: check-job
 VERTEX_JOB_FILE := build/vertex-job
 submit-vertex: CONFIG = $(VERTEX_CONFIG)
 submit-vertex: RUNTIME = pjrt
+submit-vertex: REQUIRED_BY = submit-vertex
 submit-vertex: check-job
 	$(require_pushed)
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \

@@ -13,12 +13,15 @@ from conftest import REPO, WRITES_THE_CHECKOUT, clean_environ
 
 pytestmark = WRITES_THE_CHECKOUT
 
-# Appends its argv as JSON and prints $RECORDER_STDOUT; exits 1 with a message when its argv
-# contains $RECORDER_FAIL_ON (e.g. "describe").
+# Appends its argv as JSON and prints $RECORDER_STDOUT; exits 1 with a message
+# ($RECORDER_STDERR, else a NOT_FOUND) when its argv contains $RECORDER_FAIL_ON (e.g.
+# "describe").
 RECORDER = """#!/bin/sh
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$(basename "$0")" "$@" >> "{log}"
 case " $* " in *" ${{RECORDER_FAIL_ON:-@none@}} "*)
-  printf '%s\\n' "$(basename "$0"): warming up" "ERROR: $(basename "$0") $1: NOT_FOUND" >&2
+  if [ -n "${{RECORDER_STDERR:-}}" ]; then printf '%s\\n' "$RECORDER_STDERR" >&2
+  else printf '%s\\n' "$(basename "$0"): warming up" "ERROR: $(basename "$0") $1: NOT_FOUND" >&2
+  fi
   exit 1 ;;
 esac
 [ -z "${{RECORDER_STDOUT:-}}" ] || printf '%s\\n' "$RECORDER_STDOUT"
@@ -225,6 +228,47 @@ def test_a_submit_refuses_an_image_its_registry_does_not_have(tools, target, ext
         "a pushed image".format(target, AR, runtime, runtime))
 
 
+# What gcloud prints for any command while no account is logged in (gcloud auth list: none).
+NO_ACCOUNT = """ERROR: (gcloud.artifacts.docker.images.describe) You do not currently have an \
+active account selected.
+Please run:
+
+  $ gcloud auth login
+
+to obtain new credentials.
+
+If you have already logged in with a different account, run:
+
+  $ gcloud config set account ACCOUNT
+
+to select an already authenticated account to use."""
+
+
+@pytest.mark.parametrize("target, extra", [
+    ("submit", []), ("submit-vertex", ["BASE_OUTPUT_DIR=gs://my-bucket/jobs/u"])])
+def test_a_submit_without_a_gcloud_login_says_to_log_in(tools, target, extra):
+    """Not "not in its registry (to select an already authenticated account to use.)": the
+    image may well be there; gcloud's own sentence says what is missing."""
+    result, calls = tools(target, "PROJECT=my-proj", "JOB_NAME=nologin", *extra,
+                          RECORDER_FAIL_ON="describe", RECORDER_STDERR=NO_ACCOUNT)
+    runtime = "xrt" if target == "submit" else "pjrt"
+    assert result.returncode != 0 and calls == [image_lookup(AR + ":" + runtime)]
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("make " + target)]
+    assert line == (
+        "make {}: gcloud could not ask the registry for IMAGE_URI {}:{}: no account is logged "
+        "in (ERROR: (gcloud.artifacts.docker.images.describe) You do not currently have an "
+        "active account selected.); HINT: run gcloud auth login (or gcloud config set account "
+        "ACCOUNT), then make {} again".format(target, AR, runtime, target))
+
+
+@pytest.mark.parametrize("target", ["submit", "submit-vertex"])
+def test_a_missing_project_names_the_target_typed(tools, target):
+    result, calls = tools(target, "BASE_OUTPUT_DIR=gs://my-bucket/jobs/p")
+    assert result.returncode != 0 and calls == []
+    assert "PROJECT is not set: make {} PROJECT=...".format(target) in result.stderr
+    assert "make check-job" not in result.stderr
+
+
 def test_another_registry_is_asked_through_docker(tools):
     image = "gcr.io/my-proj/t:pjrt"
     result, calls = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=gcr", "IMAGE_URI=" + image,
@@ -280,6 +324,9 @@ def test_make_help_lists_every_target_with_its_comment(tools):
     assert set(targets) <= named, set(targets) - named
     assert "  vertex-status / vertex-logs / vertex-cancel: describe, follow the logs of" \
         in result.stdout
+    # --fake_data trains every step of every epoch; --smoke is the run of seconds.
+    assert "RUN_ARGS=--smoke is a smoke run" in result.stdout
+    assert "fake_data is a smoke run" not in result.stdout
 
 
 def test_a_legacy_job_refuses_a_vertex_output_directory(tools):

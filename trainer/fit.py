@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
-from trainer import devices, stop_signal, xla
+from trainer import devices, restart, stop_signal, xla
 from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
@@ -98,7 +98,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         profile = ProfileWindow.for_run(parse_profile_steps(config.profile_steps),
                                         paths.tensorboard_dir, outputs.tensorboard_folder,
                                         outputs.flush)
-        run = _Run(config, spec.data, steps, state, checkpoints,
+        run = _Run(config, spec.data, steps, state, checkpoints, paths.resume,
                    _Records(outputs, counts, cache, profile),
                    _Placement(sharding, devices.BoundaryVote(
                        topology, _stop_requested(checkpoints), sharding, dev,
@@ -183,8 +183,10 @@ class _Run:
     """The epochs of one ``fit``: train, evaluate, checkpoint, and stop on SIGTERM."""
 
     def __init__(self, config: TrainConfig, data: DataSource, steps: Steps, state: LoopState,
-                 checkpoints: RunCheckpoints, records: _Records, placement: _Placement) -> None:
+                 checkpoints: RunCheckpoints, resume: Optional[str], records: _Records,
+                 placement: _Placement) -> None:
         self.config, self.data, self.steps, self.state = config, data, steps, state
+        self.resume = resume  # OutputPaths.resume: for the hint of a stop
         self.checkpoints, self.placement = checkpoints, placement
         self.outputs, self.counts, self.cache = records.outputs, records.counts, records.cache
         self.profile = records.profile
@@ -201,7 +203,7 @@ class _Run:
         if self.placement.vote.settle():  # during start-up: nothing new to checkpoint
             raise _preempted("stopped by {} before training resumed at step {}".format(
                 stop_signal.name(), state.global_step),
-                "the platform restarts the job, which starts again here")
+                restart.stop_hint(self.resume, checkpointed=False))
         hooks = EpochHooks(config.log_steps, progress, self.checkpoint_cadence,
                            self.placement.vote.decide, input_wait=self.placement.vote.input_wait)
         if self.profile is not None:
@@ -223,7 +225,8 @@ class _Run:
         if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True,
                                                          fixed=self.data.fixed_batch()),
                        state, hooks):
-            raise _stopped("", self.checkpoints.save_final(state, self.outputs), state)
+            raise _stopped("", self.checkpoints.save_final(state, self.outputs), state,
+                           self.resume)
         state.epoch += 1
         state.step_in_epoch = 0
         last = state.epoch == self.epochs
@@ -274,7 +277,7 @@ class _Run:
             self.outputs.flush()
             # Saved before the evaluation (in the background: waited for here), or now.
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
-                           self.checkpoints.save_final(state, self.outputs), state)
+                           self.checkpoints.save_final(state, self.outputs), state, self.resume)
         _log_epoch(state, accuracy, self.outputs)
         self.outputs.flush(background=True)
         return accuracy
@@ -286,8 +289,10 @@ def _stop_requested(checkpoints: RunCheckpoints) -> Callable[[], bool]:
     return lambda: stop_signal.received() or checkpoints.writer.failed()
 
 
-def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preempted:
-    """The ``Preempted`` of a stop at ``state``, naming where its checkpoint is. A host that
+def _stopped(during: str, checkpoint: Optional[str], state: LoopState,
+             resume: Optional[str]) -> Preempted:
+    """The ``Preempted`` of a stop at ``state``, naming where its checkpoint is and what
+    resumes it (``resume``: ``OutputPaths.resume``). A host that
     did not get SIGTERM itself stopped because another host asked (the vote does not say
     why: SIGTERM there, or a failed checkpoint write on the host that writes them, which
     reports that failure itself)."""
@@ -296,7 +301,7 @@ def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preemp
             during, state.global_step), "the host that asked says why in its log")
     return _preempted("stopped by {}{} at step {}; checkpoint {}".format(
         stop_signal.name(), during, state.global_step, checkpoint or "not written (no job dir)"),
-        "the platform restarts the job, which resumes from the checkpoint")
+        restart.stop_hint(resume if checkpoint or resume is None else ""))
 
 
 def _preempted(message: str, hint: str) -> Preempted:

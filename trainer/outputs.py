@@ -31,7 +31,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
@@ -39,6 +39,7 @@ import torch
 from trainer import scratch
 from trainer.checkpoint_writer import BackgroundWriter
 from trainer.errors import EX_USAGE, StorageError, TrainerError
+from trainer.restart import resume_command
 from trainer.storage import Directory, open_dir
 
 log = logging.getLogger("trainer")
@@ -56,18 +57,22 @@ class OutputPaths:
     checkpoint_dir: Optional[str] = None
     tensorboard_dir: Optional[str] = None
     compile_cache_dir: Optional[str] = None  # the default of --compile_cache
+    # What resumes the run once a signal stopped it (restart.resume_command): None where a
+    # training platform restarts it. Not a place: left out of comparisons.
+    resume: Optional[str] = field(default=None, compare=False)
 
     @classmethod
     def resolve(cls, job_dir: Optional[str], environ: Mapping[str, str]) -> "OutputPaths":
         """The outputs of a run with ``--job_dir`` ``job_dir`` in ``environ`` (module
         docstring); a ``TrainerError`` (exit 64) on a platform with nowhere to write."""
+        resume = resume_command(job_dir, environ)
         if job_dir:
             base = job_dir.rstrip("/")
             trial = trial_id(environ)
             if trial:
                 base += "/" + trial
             return cls(base, base + "/checkpoints", base + "/tensorboard",
-                       base + "/compile-cache")
+                       base + "/compile-cache", resume)
         checkpoints = environ.get("AIP_CHECKPOINT_DIR") or None
         paths = cls(environ.get("AIP_MODEL_DIR") or None, checkpoints,
                     environ.get("AIP_TENSORBOARD_LOG_DIR") or None,
@@ -80,7 +85,7 @@ class OutputPaths:
                 "would begin at step 0".format(platform[0]),
                 "pass --job_dir=gs://BUCKET/DIR (AI Platform: --job-dir), or set the Vertex AI "
                 "job's baseOutputDirectory.outputUriPrefix", EX_USAGE)
-        return paths
+        return replace(paths, resume=resume)
 
 
 # Set by the training platforms: legacy AI Platform and Vertex AI.

@@ -103,16 +103,18 @@ def test_a_stop_during_a_wait_takes_a_few_alarms_and_leaves_none_behind(monkeypa
 
 def test_ctrl_c_in_make_run_checkpoints_at_the_step_and_a_second_one_ends_it_at_once(
         tmp_path):
+    """Its hint names the command that resumes this run (nothing restarts a local one), and
+    that command, pasted, resumes it."""
     job = tmp_path / "job"
     args = ("--data_dir=data/mnist-sample --log_steps=5 --num_epochs=100 --job_dir=" + str(job))
 
-    def make_run():
+    def in_a_terminal(command):
         return subprocess.Popen(
-            ["make", "--no-print-directory", "run", "RUN_ARGS=" + args], cwd=str(REPO),
-            env=clean_environ(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ["bash", "-c", command], cwd=str(REPO), env=clean_environ(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
             start_new_session=True)  # its own process group, as a terminal's job is
 
-    process = make_run()
+    process = in_a_terminal("make --no-print-directory run RUN_ARGS='{}'".format(args))
     try:
         wait_for_line(process, "step 20/")
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends
@@ -125,8 +127,13 @@ def test_ctrl_c_in_make_run_checkpoints_at_the_step_and_a_second_one_ends_it_at_
     assert "Ctrl-C again to stop at once" in err
     step = int(stopped.group(1))
     assert torch.load(stopped.group(2), weights_only=False)["step"] == step >= 20
+    assert "the platform restarts" not in err
+    [resume] = re.findall(r"^HINT: nothing restarts a local run: (.+) resumes it from the "
+                          r"checkpoint$", err, re.M)
+    assert resume == "make run RUN_ARGS='{} --job-dir={}'".format(
+        args.rsplit(" ", 1)[0], job)
     # Ctrl-C twice: the second ends the run at once, whatever it was doing.
-    process = make_run()
+    process = in_a_terminal(resume)
     try:
         wait_for_line(process, "resumed from")
         wait_for_line(process, "step ")

@@ -72,14 +72,24 @@ check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt 
 
 # $(VENV)/gcs2: the xrt image's google-cloud-storage 2.x, an overlay the tests put first on
 # PYTHONPATH to run the trainer against both majors the images ship (tests/trainer).
-PIP_INSTALL := $(PY) -m pip install --quiet --no-cache-dir --disable-pip-version-check
+# The first install takes minutes (torch's CUDA libraries: about 7 GB): a line per phase, and
+# pip's own line per package with its download's size, so that it is never silent that long.
+PIP_INSTALL := $(PY) -m pip install --no-cache-dir --disable-pip-version-check
+venv_phase = @echo "make: $(VENV): $(1)"
 $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
+	$(call venv_phase,installing the pinned environment (once, and again when a lock changes))
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(call venv_phase,1/3: the $(shell grep -cE '^[A-Za-z0-9][^ ]*==' requirements/dev.lock) packages \
+		of requirements/dev.lock$(comma) each hash checked (torch from PyPI brings about 7 GB \
+		of CUDA libraries: minutes on a fast network))
 	$(PIP_INSTALL) --require-hashes --no-deps -r requirements/dev.lock
-	$(PIP_INSTALL) --no-deps -e .
-	rm -rf $(VENV)/gcs2 && $(PIP_INSTALL) --no-deps --target $(VENV)/gcs2 \
+	$(call venv_phase,2/3: this project$(comma) editable)
+	$(PIP_INSTALL) --quiet --no-deps -e .
+	$(call venv_phase,3/3: google-cloud-storage 2.x in $(VENV)/gcs2 (the xrt image's$(comma) for the tests))
+	rm -rf $(VENV)/gcs2 && $(PIP_INSTALL) --quiet --no-deps --target $(VENV)/gcs2 \
 		$$(grep '^google-cloud-storage==' requirements/image-xrt.txt)
 	touch $@
+	$(call venv_phase,ready)
 
 ## venv: create .venv from the pinned lock (make run and make test do it when needed).
 venv: $(STAMP)

@@ -437,3 +437,45 @@ def test_unbalanced_quotes_in_job_args_stop_before_gcloud(tools):
     result, calls = tools("submit", "PROJECT=my-proj", "JOB_NAME=q", "JOB_ARGS=--note='oops")
     assert result.returncode != 0 and calls == []
     assert "--container-args: No closing quotation" in result.stderr
+
+
+# A python3 whose `-m venv DIR` makes a venv of its own kind: its python answers `-m pip` with
+# the line pip prints first, and records its argv.
+BOOTSTRAP = """#!/bin/sh
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0; fi
+printf '%s\\n' "$*" >> "$(dirname "$0")/../pip-calls"
+case " $* " in
+  *" --quiet "*) ;;
+  *) echo "Collecting absl-py==2.5.1 (from -r requirements/dev.lock)" ;;
+esac
+"""
+
+
+def test_the_first_install_says_what_it_does_phase_by_phase(tmp_path):
+    """Minutes of downloads (torch's 7 GB) are never silent: a line per phase, and pip's own
+    lines (each package and its download's size) for the big one."""
+    bootstrap = tmp_path / "python3"
+    bootstrap.write_text(BOOTSTRAP)
+    bootstrap.chmod(0o755)
+    venv = tmp_path / "venv"
+    result = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(REPO),
+                             "VENV=" + str(venv), "PYTHON_BOOTSTRAP=" + str(bootstrap),
+                             str(venv / ".installed")], env=clean_environ(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    prefix = "make: {}: ".format(venv)
+    lock = (REPO / "requirements" / "dev.lock").read_text()
+    packages = len(re.findall(r"^[A-Za-z0-9][^ ]*==\S+ \\\n    --hash=sha256:", lock, re.M))
+    assert packages > 100
+    assert result.stdout.splitlines() == [
+        prefix + "installing the pinned environment (once, and again when a lock changes)",
+        prefix + "1/3: the {} packages of requirements/dev.lock, each hash checked (torch "
+                 "from PyPI brings about 7 GB of CUDA libraries: minutes on a fast "
+                 "network)".format(packages),
+        "Collecting absl-py==2.5.1 (from -r requirements/dev.lock)",
+        prefix + "2/3: this project, editable",
+        prefix + "3/3: google-cloud-storage 2.x in {}/gcs2 (the xrt image's, for the "
+                 "tests)".format(venv),
+        prefix + "ready"]
+    calls = (venv / "pip-calls").read_text().splitlines()
+    assert len(calls) == 3 and "--quiet" not in calls[0].split()

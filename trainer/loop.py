@@ -42,12 +42,15 @@ class StepClock:
 
     def next_batch(self, batches: Iterator) -> Optional[Any]:
         """The next item of ``batches`` (None at their end), the time it took counted as
-        waiting for input."""
+        waiting for input, less what ``batches`` spent waiting for the steps before it to
+        finish (its ``device_seconds``, where it has them: that is the steps' compute)."""
         started = time.perf_counter()
+        computing = getattr(batches, "device_seconds", 0.0)
         try:
             return next(batches, None)
         finally:
-            waited = time.perf_counter() - started
+            computing = getattr(batches, "device_seconds", 0.0) - computing
+            waited = max(0.0, time.perf_counter() - started - computing)
             self.waited += waited
             self.longest_wait = max(self.longest_wait, waited)
 

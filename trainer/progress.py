@@ -4,8 +4,10 @@ Each line gives the loss, the step time, the share of it the loop waited for the
 (``input wait``), examples/s (and per device), the graphs compiled so far and the ETA;
 TensorBoard and ``metrics.jsonl`` get the same figures (``train/...``). When the loop waited
 more than ``INPUT_BOUND_SHARE`` of a window, one line containing ``input-bound`` says which
-fix applies on this host (``input_bound_advice``); never on ``--fake_data``, whose one
-batch is always ready, nor for a window that compiled a graph (the workers' start-up). A
+fix applies on this host (``input_bound_advice``); never where the input cannot be what the
+loop waits for (``InputSetup.can_starve``: ``--fake_data``, whose one batch is always ready,
+and batches cut from memory onto the host's own CPU device), nor for a window that compiled
+a graph (the workers' start-up). A
 window with one wait of ``STALL_SECONDS`` or more is a stall, not a lack of cores: its line
 (``stall_advice``, each time) points at the data's storage instead. A window whose running
 loss is nan or inf stops the run instead (``trainer.divergence``).
@@ -44,15 +46,28 @@ class InputSetup:
     workers: int
     cores: int
     decodes_images: bool = True
+    # Whether the devices are this host's XLA CPU device: a batch's copy to it is a host
+    # memcpy that waits only for the cores the steps are computing on.
+    host_device: bool = False
+
+    @property
+    def can_starve(self) -> bool:
+        """Whether a wait for the next batch can be the input's slowness. Not with fake data
+        (one batch, always ready), nor with batches cut from memory onto the host's CPU
+        device: making one is a slice of an array (microseconds), so what the loop waited
+        for was the loader's copy thread getting a core back from the steps' compute. Calling
+        that input-bound sent the default MNIST run after a fix for a problem it did not
+        have."""
+        return not self.fake and (self.decodes_images or not self.host_device)
 
 
 def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
     """The ``input-bound`` line for a window of ``steps`` steps that waited ``share`` of its
     time for batches: the fix that applies first on this host."""
-    if not setup.decodes_images:
-        fix = ("the batches are cut from memory (nothing to decode), so the host's "
-               "{} cores are busy with the steps themselves: a larger --batch_size per device "
-               "gives each step more work for its fixed cost".format(setup.cores))
+    if not setup.decodes_images:  # onto an accelerator (can_starve)
+        fix = ("the batches are cut from memory (nothing to decode), so the wait is their "
+               "copy to the devices: a larger --batch_size per device gives each copy and "
+               "each step more work for its fixed cost")
     elif setup.workers <= 0:
         fix = ("decode in worker processes: --num_workers=-1 (one per core but one; this "
                "host has {} cores)".format(setup.cores))
@@ -121,7 +136,7 @@ class ProgressLog:
         # A window that compiled a graph is also the one the data workers started in (a
         # resume's first, too): what it waited says how fast they start, not how fast they
         # supply, and more workers would start no sooner.
-        elif (share > INPUT_BOUND_SHARE and not self.setup.fake and not self.advised
+        elif (share > INPUT_BOUND_SHARE and self.setup.can_starve and not self.advised
               and graphs == self.last_graphs):
             log.info("%s", input_bound_advice(share, steps, self.setup))
             self.advised = True  # once a run: each progress line shows the share anyway

@@ -100,3 +100,31 @@ def test_a_run_resumed_from_its_final_checkpoint_reports_the_final_figures(tmp_p
     reported = json.loads(metric_file.read_text().splitlines()[-1])  # the second run's
     assert float(reported["mnist_accuracy"]) == pytest.approx(first["final_accuracy"])
     assert reported["global_step"] == "6"
+
+
+def test_the_readme_shows_what_make_run_prints(tmp_path):
+    """The README's sample output of ``make run``, line by line, as the run prints it: each
+    line of the sample (its "..." skip lines) begins a line of the run's output, which adds
+    a time in front (the trainer's) and may go on after it. Only the throughput differs from
+    machine to machine; the accuracy is the sample's own (the numeric tests hold it)."""
+    import re
+    import subprocess
+
+    from conftest import REPO, clean_environ
+
+    readme = (REPO / "README.md").read_text()
+    sample = readme.split("about 15 seconds later:\n\n```\n", 1)[1].split("```", 1)[0]
+    result = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "run",
+                             "RUN_ARGS=--job-dir=" + str(tmp_path / "job")], cwd=str(REPO),
+                            env=clean_environ(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def steady(line):
+        return re.sub(r"^\d\d:\d\d:\d\d ", "", re.sub(r"[\d.]+ examples/s", "N examples/s",
+                                                       line))
+
+    printed = [steady(line) for line in (result.stdout + result.stderr).splitlines()]
+    expected = [steady(line) for line in sample.splitlines() if line != "..."]
+    assert len(expected) >= 5
+    missing = [line for line in expected if not any(out.startswith(line) for out in printed)]
+    assert not missing, (missing, printed)

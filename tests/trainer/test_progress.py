@@ -26,10 +26,11 @@ from trainer.progress import InputSetup, input_bound_advice
                               "ring of step buffers in /dev/shm"),
     (InputSetup(False, 7, 8), "all 8 cores of this host decode already (7 data workers): a host "
                               "with more cores, or smaller images"),
-    # MNIST: arrays in memory, no workers; no advice about decoding or make_shards.
+    # MNIST on an accelerator: arrays in memory, no workers; no advice about decoding or
+    # make_shards.
     (InputSetup(False, 1, 2, decodes_images=False),
-     "the batches are cut from memory (nothing to decode), so the host's 2 cores are busy with "
-     "the steps themselves: a larger --batch_size per device"),
+     "the batches are cut from memory (nothing to decode), so the wait is their copy to the "
+     "devices: a larger --batch_size per device"),
 ])
 def test_the_advice_names_the_fix_that_applies_on_this_host(setup, fix):
     line = input_bound_advice(0.345, 20, setup)
@@ -57,6 +58,27 @@ def test_a_window_that_compiled_is_not_called_input_bound(caplog):
         state.clock.seconds, state.clock.waited = 11.0, 3.3  # 30 % of this window too
         progress(4, torch.tensor(4.0))
     assert caplog.text.count("input-bound: the loop waited 30% of the last 2 steps") == 1
+
+
+@pytest.mark.parametrize("setup, starves", [
+    (InputSetup(True, 0, 8), False),  # --fake_data
+    (InputSetup(False, 0, 2, decodes_images=False, host_device=True), False),  # make run
+    (InputSetup(False, 0, 2, decodes_images=False), True),  # the same batches onto a TPU
+    (InputSetup(False, 1, 2, host_device=True), True),  # decoding on the host: it can
+])
+def test_only_an_input_that_can_fall_behind_is_called_input_bound(caplog, setup, starves):
+    """MNIST's batches cut from memory onto the XLA CPU device waited 12 % of a window (the
+    copy thread waiting for a core): that is the steps' compute, not a slow input."""
+    from trainer.loop import LoopState
+    from trainer.progress import ProgressLog
+
+    state = LoopState()
+    progress = ProgressLog(state, 4, 1, 100, lambda kind, values, step: None, lambda: 1,
+                           setup)
+    state.clock.seconds, state.clock.waited = 1.0, 0.3
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        progress(10, torch.tensor(10.0))
+    assert ("input-bound: the loop waited 30% of the last 10 steps" in caplog.text) == starves
 
 
 @pytest.fixture(scope="module")

@@ -137,6 +137,26 @@ def test_every_step_is_one_execution_on_all_devices_and_nothing_compiles_after_e
     assert json.loads((tmp_path / "summary.json").read_text())["devices"] == DEVICES
 
 
+def test_the_lockstep_wait_for_the_steps_is_compute_not_input(tmp_path, caplog):
+    """On the XLA CPU device each batch waits until the steps before it have finished
+    (``xla.collectives_need_lockstep``): that wait is their compute. Counted as waiting for
+    input, the sample's batches from memory waited 86-88 % of every window and were called
+    input-bound. What is left is taking an in-memory batch the loader copied during the step
+    before it: under half of a window's time, however loaded the machine (it was all the
+    step's compute before)."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        mnist.run(TrainConfig(data_dir=str(REPO / "data" / "mnist-sample"), num_epochs=1,
+                              num_steps=20, log_steps=5),
+                  paths=OutputPaths.resolve(str(tmp_path), {}))
+    assert "input-bound" not in caplog.text
+    train = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+             if '"train"' in line]
+    # The first window compiles the step; the others are the steady lockstep.
+    assert len(train) == 4 and all(record["input_wait"] < 0.5 for record in train[1:]), train
+
+
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
 def test_imagenet_trains_on_the_four_devices(step_mode):
     summary = imagenet.run(TrainConfig(fake_data=True, model="resnet18", image_size=32,

@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run run-imagenet tensorboard test fuzz test-images lint bench lock clean venv build push cloudbuild check-job submit \
         submit-vertex submit-gke local-run standin-base bench-images repository lock-dev lock-images sbom \
-        pin-bases standin-pins help vertex-status vertex-logs vertex-cancel rehearse-container
+        pin-bases standin-pins help vertex-status vertex-logs vertex-cancel rehearse-container \
+        rehearse-env rehearse-stop
 
 # `make` alone lists the targets (make help).
 .DEFAULT_GOAL := help
@@ -226,6 +227,19 @@ REHEARSAL_IMAGE ?= tpu-xla-rehearsal:$(RUNTIME)
 rehearse-container:
 	$(call check_runtime)
 	RUNTIME=$(RUNTIME) DOCKER=$(DOCKER) REHEARSAL_IMAGE=$(REHEARSAL_IMAGE) standin/rehearse.sh
+
+## rehearse-env: the shell lines that point this shell's docker at the engine the rehearsal
+## started (its DOCKER_HOST; a client that builds with BuildKit first on PATH), so that the
+## docs' docker and make commands reach it: eval "$(make -s rehearse-env)". A comment
+## alone where the docker client reaches an engine already; one line and exit 69 where none
+## runs. (TPU_XLA_ENGINE_DIR: the engine's folder, default /var/lib/tpu-xla-dockerd.)
+rehearse-env:
+	@tests/images/engine.sh env
+
+## rehearse-stop: stop the engine the rehearsal started (if it runs), and say where its data
+## root is and how large: the stand-in and the images stay there for the next rehearsal.
+rehearse-stop:
+	@tests/images/engine.sh stop
 
 ## repository: create the Artifact Registry repository IMAGE_URI points at, if it is missing
 ## (a no-op for gcr.io/... URIs). Docker also needs `gcloud auth configure-docker HOST` once.

@@ -29,18 +29,35 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 die() { echo "standin/build.sh: $1" >&2; echo "HINT: $2" >&2; exit 69; }
+phase() { echo "standin/build.sh: $*" >&2; }
+
+# debootstrap's phases (a line each), not its line per package, which go to its log only:
+# "Resolving dependencies of required packages...", "Unpacking the base system..." and the
+# like name no package; "Extracting libc6..." does.
+debootstrap_phases() {
+  grep --line-buffered -E '^I: ([A-Z][a-z]+ [a-z]+ .*\.\.\.|Retrieving (In)?Release|Base system)' \
+    | sed -u 's/^I: /standin\/build.sh:   debootstrap: /' >&2 || true
+}
 
 if ! "$docker" image inspect "$rootfs_image" >/dev/null 2>&1; then
   command -v debootstrap >/dev/null || die "debootstrap is not installed" \
     "apt-get install debootstrap (as root)"
+  phase "1/3: a Debian bookworm root file system by debootstrap, once (a few minutes; every" \
+    "line in $work/debootstrap.log)"
   # The libraries pyenv's CPython links against (ssl, ffi, sqlite, compression, readline...).
-  debootstrap --variant=minbase \
+  # pipefail: the pipeline fails when debootstrap does.
+  if ! debootstrap --variant=minbase \
     --include=libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,zlib1g,libreadline8,libncursesw6,libuuid1,libgdbm6 \
-    bookworm "$work/rootfs" http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 \
-    || { tail -5 "$work/debootstrap.log" >&2; die "debootstrap failed" "see the lines above"; }
+    bookworm "$work/rootfs" http://deb.debian.org/debian 2>&1 \
+    | tee "$work/debootstrap.log" | debootstrap_phases; then
+    tail -5 "$work/debootstrap.log" >&2; die "debootstrap failed" "see the lines above"
+  fi
   rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"*
+  phase "1/3: importing it as $rootfs_image ($(du -sh "$work/rootfs" | cut -f1))"
   tar -C "$work/rootfs" -c . | "$docker" import - "$rootfs_image" >/dev/null
   rm -rf "$work/rootfs"
+else
+  phase "1/3: the root file system: $rootfs_image, made before"
 fi
 
 pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
@@ -48,6 +65,7 @@ python_dir="$(ls -d "$pyenv_root/versions/$python_minor".* 2>/dev/null | sort -V
 [ -n "$python_dir" ] || die "no CPython $python_minor under $pyenv_root/versions" \
   "pyenv install $python_minor (the real $runtime base image's interpreter)"
 
+phase "2/3: CPython $python_minor from $python_dir, as the real image has it"
 # The interpreter as built, without anything this machine added to its site-packages.
 mkdir -p "$work/context"
 tar -C "$python_dir" -c --exclude='./lib/python*/site-packages/_sandboxing*' \
@@ -60,6 +78,8 @@ secret=()
 if [ -n "${PIP_CERT:-}" ]; then
   secret=(--secret "id=pip_cert,src=$PIP_CERT")
 fi
+phase "3/3: tpu-standin:$runtime, its packages from PyPI as standin/$runtime-pins.txt pins" \
+  "them (docker build: its steps below)"
 DOCKER_BUILDKIT=1 "$docker" build --network host "${secret[@]}" \
   --build-arg ROOTFS="$rootfs_image" -f "$here/$runtime.Dockerfile" \
   -t "tpu-standin:$runtime" "$work/context"

@@ -24,8 +24,11 @@ variable fails the block. The environment is clean, with these on ``PATH``:
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,9 +54,12 @@ NOT_HERE = {
     OWN_CODE_LOOP: "trains: test_the_own_code_loop_resumes_from_its_checkpoint",
 }
 # Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
+# rehearse-env and rehearse-stop manage the rehearsal's engine in TPU_XLA_ENGINE_DIR, a folder
+# of the test's own (never this machine's engine).
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
                    "submit-vertex", "vertex-status", "vertex-logs", "vertex-cancel",
-                   "local-run", "sbom", "help", "gke-status", "gke-logs", "gke-delete")
+                   "local-run", "sbom", "help", "gke-status", "gke-logs", "gke-delete",
+                   "rehearse-env", "rehearse-stop")
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
 # gcloud prints the name of the job it created, which make submit-vertex keeps for the
 # vertex-* targets.
@@ -88,11 +94,16 @@ exit 127
 @pytest.fixture(scope="module")
 def shell(tmp_path_factory):
     """Runs a block as a reader would: ``shell(text)`` -> (CompletedProcess, recorded calls)."""
-    root = tmp_path_factory.mktemp("doc-commands")
+    return reader_shell(tmp_path_factory.mktemp("doc-commands"))
+
+
+def reader_shell(root: Path, docker: str = RECORDER):
+    """``shell``'s runner in ``root``, with ``docker`` (a script's text; ``{log}``: the calls
+    log) as the docker client."""
     bin_dir, log = root / "bin", root / "calls.log"
-    bin_dir.mkdir()
-    scripts = {name: RECORDER.format(log=log) for name in ("docker", "gsutil", "kubectl",
-                                                           "xpk")}
+    bin_dir.mkdir(parents=True)
+    scripts = {name: RECORDER.format(log=log) for name in ("gsutil", "kubectl", "xpk")}
+    scripts["docker"] = docker.format(log=log)
     scripts["gcloud"] = GCLOUD.format(log=log)
     scripts["make"] = MAKE_WRAPPER.format(shimmed=", ".join(SHIMMED_TARGETS),
                                           pattern="|".join(SHIMMED_TARGETS),
@@ -104,6 +115,7 @@ def shell(tmp_path_factory):
 
     def run(text: str, cwd: Path = REPO, **environ: str):
         log.write_text("")
+        environ.setdefault("TPU_XLA_ENGINE_DIR", str(root / "engine"))
         env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **environ)
         for name in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PIP_CERT"):
             env.pop(name, None)  # an outer make's settings (make test) are not a reader's
@@ -198,6 +210,61 @@ def test_the_documented_dry_run_exports_and_fails_visibly(shell, tmp_path, page)
     old, _ = shell('eval "$(.venv/bin/python -m launcher --dry-run)"\necho exported\n',
                    TPU_CONFIG="{not json")
     assert old.returncode == 0 and "exported" in old.stdout
+
+
+# The docker client of a machine whose only engine is the one the rehearsal started: only that
+# engine's socket answers (buildx is the client's own). It records DOCKER_HOST with its argv.
+ENGINE_DOCKER = """#!/bin/sh
+printf "%s\\n" "DOCKER_HOST=${{DOCKER_HOST:-}} docker $*" >> "{log}"
+[ "$1" = buildx ] && exit 0
+[ "${{DOCKER_HOST:-}}" = "unix://${{TPU_XLA_ENGINE_DIR}}/docker.sock" ] || {{
+  echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1; }}
+"""
+
+
+def test_the_rehearsals_follow_ups_reach_its_engine_in_the_order_the_docs_give(tmp_path):
+    """After make rehearse-container (a dry run here), the README's next commands and
+    docs/own-code.md's build on the rehearsal image, pasted in that order into one shell on a
+    machine where only the rehearsal's engine answers: each docker call reaches that engine,
+    and make rehearse-stop stops it (a real process standing in for its dockerd)."""
+    engine = tmp_path / "engine"
+    (engine / "data").mkdir(parents=True)
+    (engine / "data" / "layer").write_bytes(b"\0" * 2 ** 20)
+    socket = "DOCKER_HOST=unix://{}/docker.sock".format(engine)
+    readme = list(commands(block_containing("make rehearse-container", page="README").text))
+    stop = readme.pop()
+    assert readme[0].startswith("make rehearse-container") and stop.startswith(
+        "make rehearse-stop")
+    # The page's own words: "then set `BASE=tpu-xla-rehearsal:pjrt` below".
+    assert "then set `BASE=tpu-xla-rehearsal:pjrt` below" in (
+        REPO / "docs" / "own-code.md").read_text()
+    build = list(commands(block_containing("docker logs -f rehearsal").text))[:3]
+    assert build[0].startswith("BASE=") and build[2].startswith("docker build ")
+    build[0] = "BASE=tpu-xla-rehearsal:pjrt"
+    dockerd = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                "dockerd", "--pidfile", str(engine / "dockerd.pid")])
+    try:
+        (engine / "dockerd.pid").write_text(str(dockerd.pid))
+        run = reader_shell(tmp_path / "reader", docker=ENGINE_DOCKER)
+        result, calls = run("\n".join(readme + build + [stop]) + "\n",
+                            TPU_XLA_ENGINE_DIR=str(engine))
+        assert result.returncode == 0, result.stderr
+        assert dockerd.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        dockerd.kill()
+    # The engine reached after make rehearse-env: the own-code build on the rehearsal image,
+    # and make local-run's container, both through the client rehearse-env put on PATH.
+    reached = [call.split(" ", 2)[2] for call in calls if call.startswith(socket + " docker ")]
+    assert [call.split()[:3] for call in reached if call.split()[0] in ("build", "run")] == [
+        ["run", "--rm", "--shm-size"],
+        ["build", "--build-arg", "BASE_IMAGE=tpu-xla-rehearsal:pjrt"]]
+    assert [call for call in reached if call.startswith("run ")][0].endswith(
+        "tpu-xla-rehearsal:pjrt -m launcher --dry-run")
+    assert (engine / "bin" / "docker").resolve() == (tmp_path / "reader" / "bin" / "docker")
+    assert "engine.sh: stopped the rehearsal's engine (dockerd, PID {})".format(
+        dockerd.pid) in result.stdout
+    assert re.search(r"its data root {}/data holds 1(\.\d)?M .*: rm -rf {}$".format(
+        engine, engine), result.stdout, re.M), result.stdout
 
 
 def test_the_launcher_synopsis(shell):

@@ -68,9 +68,11 @@ case "$mode" in
       echo "engine.sh: the rehearsal's engine is not running (nothing to stop at $socket)"
     else
       kill -TERM "$pid"
-      # dockerd stops its containers first (10 s each at most).
-      for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      if kill -0 "$pid" 2>/dev/null; then
+      # dockerd stops its containers first (10 s each at most). Ended: gone, or a zombie
+      # its parent has not reaped yet.
+      running() { [ -e "/proc/$pid/status" ] && ! grep -q '^State:.*Z' "/proc/$pid/status"; }
+      for _ in $(seq 120); do running || break; sleep 0.5; done
+      if running; then
         echo "engine.sh: dockerd (PID $pid) is still stopping: see $state/dockerd.log" >&2
         exit 1
       fi

@@ -96,8 +96,9 @@ def test_make_local_run_as_the_readme_writes_it(images):
     """The README's rehearsal of the pjrt image it built, word for word: Vertex AI's
     CLUSTER_SPEC, no TPU, the launcher's dry run (it used to refuse the YOUR_PROJECT
     placeholder, exit 78, and look for the xrt image)."""
-    [line] = [line for line in block_containing("make local-run", page="README").text
-              .splitlines() if line.startswith("make local-run")]
+    [line] = [line for line in block_containing("make local-run PROJECT=my-project",
+                                                page="README").text.splitlines()
+              if line.startswith("make local-run")]
     args = shlex.split(line, comments=True)[1:]
     # Where `make build push PROJECT=my-project RUNTIME=pjrt` puts the image (the Makefile's
     # IMAGE_URI).

@@ -214,14 +214,23 @@ def test_submit_vertex_needs_a_cloud_storage_output_directory(tools, value, prob
     assert "make submit-vertex BASE_OUTPUT_DIR=gs://BUCKET/DIR" in result.stderr
 
 
-@pytest.mark.parametrize("target, extra", [
-    ("submit", []), ("submit-vertex", ["BASE_OUTPUT_DIR=gs://my-bucket/jobs/u"])])
-def test_a_submit_refuses_an_image_its_registry_does_not_have(tools, target, extra):
-    result, calls = tools(target, "PROJECT=my-proj", "JOB_NAME=unpushed", *extra,
-                          RECORDER_FAIL_ON="describe")
+SUBMITS = [("submit", []), ("submit-vertex", ["BASE_OUTPUT_DIR=gs://my-bucket/jobs/u"])]
+
+
+def failed_lookup(tools, target, extra, **recorder):
+    """``make target`` whose registry lookup fails as ``recorder`` says: its one line, with
+    IMAGE_URI's runtime."""
+    result, calls = tools(target, "PROJECT=my-proj", "JOB_NAME=lookup", *extra,
+                          RECORDER_FAIL_ON="describe", **recorder)
     runtime = "xrt" if target == "submit" else "pjrt"
     assert result.returncode != 0 and calls == [image_lookup(AR + ":" + runtime)]
     [line] = [line for line in result.stderr.splitlines() if line.startswith("make " + target)]
+    return line, runtime
+
+
+@pytest.mark.parametrize("target, extra", SUBMITS)
+def test_a_submit_refuses_an_image_its_registry_does_not_have(tools, target, extra):
+    line, runtime = failed_lookup(tools, target, extra)
     assert line == (
         "make {}: IMAGE_URI {}:{} is not in its registry (ERROR: gcloud artifacts: NOT_FOUND); "
         "HINT: push it first (make build push PROJECT=my-proj RUNTIME={}), or set IMAGE_URI to "
@@ -244,16 +253,11 @@ If you have already logged in with a different account, run:
 to select an already authenticated account to use."""
 
 
-@pytest.mark.parametrize("target, extra", [
-    ("submit", []), ("submit-vertex", ["BASE_OUTPUT_DIR=gs://my-bucket/jobs/u"])])
+@pytest.mark.parametrize("target, extra", SUBMITS)
 def test_a_submit_without_a_gcloud_login_says_to_log_in(tools, target, extra):
     """Not "not in its registry (to select an already authenticated account to use.)": the
     image may well be there; gcloud's own sentence says what is missing."""
-    result, calls = tools(target, "PROJECT=my-proj", "JOB_NAME=nologin", *extra,
-                          RECORDER_FAIL_ON="describe", RECORDER_STDERR=NO_ACCOUNT)
-    runtime = "xrt" if target == "submit" else "pjrt"
-    assert result.returncode != 0 and calls == [image_lookup(AR + ":" + runtime)]
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("make " + target)]
+    line, runtime = failed_lookup(tools, target, extra, RECORDER_STDERR=NO_ACCOUNT)
     assert line == (
         "make {}: gcloud could not ask the registry for IMAGE_URI {}:{}: no account is logged "
         "in (ERROR: (gcloud.artifacts.docker.images.describe) You do not currently have an "

@@ -138,9 +138,33 @@ def test_the_container_rehearsal_builds_on_the_stand_in_and_runs_the_image(tools
     assert mount == "/job" and re.fullmatch(str(REPO / "runs" / r"rehearsal-\d{8}-\d{6}"), host)
     assert run[7:] == [image, "--fake_data", "--num_epochs=1", "--num_steps=20", "--job-dir=/job"]
     os.rmdir(host)
+    # It ends with what comes next; the docker client reaches this engine by itself, so
+    # nothing about reaching or stopping one of the rehearsal's own.
+    assert "    make local-run PROJECT=rehearsal IMAGE_URI=tpu-xla-rehearsal:pjrt" in \
+        result.stderr.splitlines()
+    assert "docs/own-code.md#build-rehearse-submit with BASE=tpu-xla-rehearsal:pjrt" in \
+        result.stderr
+    assert "rehearse-env" not in result.stderr and "rehearse-stop" not in result.stderr
     result, calls = tools("rehearse-container", "RUNTIME=xrt")
     assert result.returncode != 0 and calls == []
     assert "rehearse.sh: RUNTIME=xrt cannot be rehearsed" in result.stderr
+
+
+def test_without_an_engine_rehearse_env_and_stop_say_so(tools, tmp_path):
+    """No engine answers (neither the docker client's nor one of the rehearsal's): make
+    rehearse-env fails with one line naming what starts one; make rehearse-stop has nothing
+    to stop and says so."""
+    engine = str(tmp_path / "engine")
+    result, _ = tools("-s", "rehearse-env", RECORDER_FAIL_ON="info", TPU_XLA_ENGINE_DIR=engine)
+    assert result.returncode != 0 and "rehearse-env] Error 69" in result.stderr
+    assert result.stdout == ""
+    assert ("engine.sh: no Docker engine runs (neither the docker client's nor the rehearsal's "
+            "at unix://{}/docker.sock); HINT: make rehearse-container starts one".format(engine)
+            in result.stderr)
+    result, calls = tools("-s", "rehearse-stop", TPU_XLA_ENGINE_DIR=engine)
+    assert result.returncode == 0 and calls == []
+    assert result.stdout == ("engine.sh: the rehearsal's engine is not running (nothing to stop "
+                             "at unix://{}/docker.sock)\n".format(engine))
 
 
 def test_gcr_io_stays_possible(tools):

@@ -10,6 +10,7 @@ EX_USAGE = 64     # bad flag value
 EX_DATAERR = 65   # missing or malformed input data
 EX_SOFTWARE = 70  # a tool's worker process died (killed, or crashed in native code)
 EX_IOERR = 74     # the job dir cannot be read or written
+EX_NOPERM = 77    # Cloud Storage refused the job (403, no credentials, a missing bucket)
 EX_CONFIG = 78    # the container lacks what the run needs (shared memory for the data workers)
 # SIGTERM (maintenance, preemption, cancel): a checkpoint was written, then the trainer exits
 # non-zero so that the platform restarts the replica, which resumes from that checkpoint.
@@ -27,6 +28,11 @@ class TrainerError(Exception):
         self.hint = " ".join(str(hint).split())
         if exit_code:
             self.exit_code = exit_code
+
+    def __reduce__(self):
+        # Pickled from a data worker: the hint and the exit code (77 for a GCS refusal, not
+        # its class's 74) travel too, where Exception's own pickling keeps the message only.
+        return type(self), (self.message, self.hint, self.exit_code)
 
 
 class DataError(TrainerError):

@@ -29,10 +29,6 @@ class TrainerError(Exception):
         if exit_code:
             self.exit_code = exit_code
 
-    def __reduce__(self):
-        # Pickled from a data worker: the hint and the exit code (77 for a GCS refusal, not
-        # its class's 74) travel too, where Exception's own pickling keeps the message only.
-        return type(self), (self.message, self.hint, self.exit_code)
 
 
 class DataError(TrainerError):

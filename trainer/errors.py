@@ -30,7 +30,6 @@ class TrainerError(Exception):
             self.exit_code = exit_code
 
 
-
 class DataError(TrainerError):
     exit_code = EX_DATAERR
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -243,14 +244,17 @@ def test_a_block_splits_into_the_commands_a_shell_runs():
     assert "command 2 of the block failed (1)" in result.stderr
 
 
-# xpk runs a workload's --command with ``bash -c`` in the image (PYTHONPATH=/app there; the
-# checkout here), replacing its entrypoint; this python runs the launcher as a dry run.
-XPK = """#!/bin/sh
-while [ $# -gt 0 ]; do
-  case "$1" in --command) exec bash -c "$2" ;; esac
-  shift
-done
-exit 2
+# xpk runs a workload's --command inside its own script, with ``bash -c`` as the container's
+# command (PYTHONPATH=/app in the image; the checkout here), replacing its entrypoint; this
+# python runs the launcher as a dry run. ``xpk cluster create`` only succeeds.
+XPK = """#!{python}
+import subprocess, sys
+sys.path.insert(0, {tests!r})
+from xpk_workload import container_script, flags
+words = sys.argv[1:]
+if words[:2] == ["workload", "create"]:
+    sys.exit(subprocess.call(["bash", "-c", container_script(flags(words)["command"])]))
+sys.exit(0 if words[:2] == ["cluster", "create"] else 2)
 """
 PYTHON_LAUNCHER_DRY_RUN = """#!/bin/sh
 if [ "$1 $2" = "-m launcher" ]; then shift 2; exec {python} -m launcher --dry-run "$@"; fi
@@ -264,7 +268,8 @@ def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_
     trainer with the arguments after its own options."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    scripts = {"xpk": XPK, "gcloud": "#!/bin/sh\necho sha256:0123\n",
+    scripts = {"xpk": XPK.format(python=sys.executable, tests=str(REPO / "tests")),
+               "gcloud": "#!/bin/sh\necho sha256:0123\n",
                "python": PYTHON_LAUNCHER_DRY_RUN.format(python=REPO / ".venv" / "bin" /
                                                         "python")}
     for name, text in scripts.items():
@@ -281,4 +286,6 @@ def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_
     assert len(trainer) == 1 and trainer[0].endswith(
         "-m trainer.imagenet --data_dir=gs://my-bucket/imagenet-shards "
         "--job-dir=gs://my-bucket/jobs/xpk-1"), result.stdout
-    assert "exec python -m launcher" in block.text  # PID 1: the preemption's SIGTERM arrives
+    assert "\nEXIT_CODE=0\n" in result.stdout  # xpk's script ran it and passed its code on
+    # $PID, the process xpk's trap sends SIGTERM to, is the launcher (tests/delivery/test_xpk.py)
+    assert "exec python -m launcher" in block.text

@@ -244,6 +244,24 @@ def test_a_block_splits_into_the_commands_a_shell_runs():
     assert "command 2 of the block failed (1)" in result.stderr
 
 
+GKE_BLOCKS = [block for block in shell_blocks() if block.page == "docs/gke.md"
+              and "make " in block.text and "CLUSTER=" in block.text]
+
+
+@pytest.mark.parametrize("block", GKE_BLOCKS, ids=lambda block: block.name)
+def test_a_cluster_in_another_region_is_the_one_make_talks_to(shell, block):
+    """A reader whose cluster is in europe-west4 changes the block's REGION: every kubectl
+    call make gives (run, or printed by make -n) names that cluster's context."""
+    assert "REGION=us-central1" in block.text, "{} sets no REGION".format(block.name)
+    result, calls = shell(block.text.replace("REGION=us-central1", "REGION=europe-west4"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    contexts = [line for line in calls + result.stdout.splitlines()
+                if "kubectl" in line and "--context" in line]
+    assert contexts, "{} calls no kubectl".format(block.name)
+    assert all("--context gke_my-project_europe-west4_tpu-cluster" in line
+               for line in contexts), contexts
+
+
 # xpk runs a workload's --command inside its own script, with ``bash -c`` as the container's
 # command (PYTHONPATH=/app in the image; the checkout here), replacing its entrypoint; this
 # python runs the launcher as a dry run. ``xpk cluster create`` only succeeds.

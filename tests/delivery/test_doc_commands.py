@@ -54,7 +54,9 @@ NOT_HERE = {
 # Make targets that only call docker/gcloud (and jobspec): run for real with the recorders.
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
                    "submit-vertex", "vertex-status", "vertex-logs", "vertex-cancel",
-                   "local-run", "sbom", "help", "gke-status", "gke-logs", "gke-delete")
+                   "local-run", "sbom", "help", "gke-status", "gke-delete")
+# (gke-logs follows a cluster's pods until its JobSet ends: make -n here, and
+# tests/delivery/test_gke_logs.py plays it against a kubectl that plays a cluster.)
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
 # gcloud prints the name of the job it created, which make submit-vertex keeps for the
 # vertex-* targets.

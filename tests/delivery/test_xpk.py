@@ -19,6 +19,7 @@ import sys
 import time
 
 import pytest
+from pid_namespace import namespace_init_pid
 from test_jobset import fate
 from xpk_workload import POLL_SECONDS, container_script, jobset
 
@@ -44,20 +45,6 @@ def start_in_xpk_script(command, tmp_path):
          container_script(command)], cwd=str(REPO), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
         env=clean_environ(LAUNCHER_HOST_ROOT="/nonexistent", PYTHONPATH=str(REPO)))
-
-
-def namespace_init(unshare_pid, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open("/proc/{0}/task/{0}/children".format(unshare_pid)) as handle:
-                children = handle.read().split()
-        except OSError:
-            children = []
-        if children:
-            return int(children[0])
-        time.sleep(0.02)
-    raise AssertionError("unshare started no PID 1")
 
 
 def wait_for_ready(process):
@@ -88,7 +75,7 @@ def launcher_running(tmp_path, before="exec ", after=""):
 def test_sigterm_to_xpks_pid_1_reaches_the_launcher_within_its_poll(tmp_path):
     process = start_in_xpk_script(launcher_running(tmp_path), tmp_path)
     try:
-        init = namespace_init(process.pid)
+        init = namespace_init_pid(process.pid)
         wait_for_ready(process)
         sent = time.monotonic()
         os.kill(init, signal.SIGTERM)  # what the kubelet does to the container at a preemption
@@ -109,7 +96,7 @@ def test_without_exec_a_command_after_the_launcher_loses_the_sigterm(tmp_path):
     process = start_in_xpk_script(launcher_running(tmp_path, before="", after="; echo done"),
                                   tmp_path)
     try:
-        init = namespace_init(process.pid)
+        init = namespace_init_pid(process.pid)
         wait_for_ready(process)
         os.kill(init, signal.SIGTERM)
         assert not wait_for(tmp_path / "sigterm", POLL_SECONDS + DELIVERY_S + 1)

@@ -429,7 +429,7 @@ class GcsDirectory(Directory):
         answers 404, a refusal) or ``StorageError``: exit 74 after an outage's retries, 77
         for a refusal (retried while ``_may_retry_refusal``), never a traceback."""
         from google.api_core import exceptions
-        from google.auth.exceptions import GoogleAuthError
+        from google.auth.exceptions import GoogleAuthError, TransportError
 
         _first_request.setdefault(os.getpid(), time.monotonic())
         delay = 0.5
@@ -446,13 +446,16 @@ class GcsDirectory(Directory):
             except (exceptions.GoogleAPIError, OSError, GoogleAuthError) as error:
                 # After the retries: a RetryError (3.x), or the last transient error itself
                 # (2.x's uploads). OSError: requests' connection errors.
-                if _transient(error) and not isinstance(error, GoogleAuthError):
+                # A token that cannot be had (RefreshError: Workload Identity not bound or
+                # not answering yet) is a refusal; the metadata server out of reach, an outage.
+                credentials = isinstance(error, GoogleAuthError) \
+                    and not isinstance(error, TransportError)
+                if _transient(error) and not credentials:
                     raise StorageError("GCS kept failing for {} for up to {:.0f}s: {}".format(
                         self.join(name), RETRY_DEADLINE_S, _cause(error)),
                         "check GCS's status and the network; TRAINER_GCS_RETRY_DEADLINE "
                         "sets how long to retry")
-                if _status(_innermost(error)) not in (401, 403) \
-                        and not isinstance(error, GoogleAuthError):
+                if _status(_innermost(error)) not in (401, 403) and not credentials:
                     raise StorageError("GCS request for {} failed: {}".format(
                         self.join(name), _cause(error)), "check the bucket name and the path")
                 refusal = self._refused(name, error)

@@ -379,10 +379,14 @@ submit-gke: $(STAMP)
 
 ## gke-status / gke-logs / gke-delete: the JobSet GKE_JOB_NAME names (default: the one make
 ## submit-gke created last) on CLUSTER: its state and restarts and its pods; every host's log,
-## followed, each line prefixed with its pod (up to GKE_LOG_STREAMS hosts; kubectl's own limit
-## is 5); stop it and delete it with its pods (its checkpoints stay in the job dir: submitting
-## the same JOB_ARGS again resumes).
+## each line prefixed with its pod (up to GKE_LOG_STREAMS hosts; kubectl's own limit is 5),
+## followed from when the pods start (waiting up to GKE_LOG_WAIT seconds, asking kubectl every
+## GKE_LOG_POLL) through each restart
+## until the JobSet ends (exit 0: Completed, 1: Failed); stop it and delete it with its pods
+## (its checkpoints stay in the job dir: submitting the same JOB_ARGS again resumes).
 GKE_LOG_STREAMS ?= 64
+GKE_LOG_WAIT ?= 900
+GKE_LOG_POLL ?= 5
 GKE_JOB = $(if $(filter undefined,$(GKE_JOB_NAME_ORIGIN)),$(shell cat $(GKE_LAST_JOB) 2>/dev/null),$(GKE_JOB_NAME))
 GKE_SELECTOR = -l jobset.sigs.k8s.io/jobset-name=$(GKE_JOB)
 gke_job_required = $(call require,PROJECT)$(call require,CLUSTER)$(if $(GKE_JOB),,$(error no JobSet: make submit-gke first, or name one: make $@ GKE_JOB_NAME=NAME))
@@ -392,10 +396,10 @@ gke-status:
 	$(KUBECTL) --context $(GKE_CONTEXT) get jobset $(GKE_JOB)
 	$(KUBECTL) --context $(GKE_CONTEXT) get pods $(GKE_SELECTOR) -o wide
 
-gke-logs:
+gke-logs: $(STAMP)
 	$(call gke_job_required)
-	$(KUBECTL) --context $(GKE_CONTEXT) logs -f $(GKE_SELECTOR) --prefix --tail=-1 \
-		--max-log-requests=$(GKE_LOG_STREAMS)
+	$(PY) -m jobspec.gke_logs --context $(GKE_CONTEXT) --kubectl "$(KUBECTL)" \
+		--streams $(GKE_LOG_STREAMS) --wait $(GKE_LOG_WAIT) --poll $(GKE_LOG_POLL) $(GKE_JOB)
 
 gke-delete:
 	$(call gke_job_required)

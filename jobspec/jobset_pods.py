@@ -20,6 +20,16 @@ JobSet would refuse only at ``kubectl apply`` or that leave a slice that never f
   pattern, known Job failure reasons, existing replicated jobs, message patterns that are
   regular expressions), and each ``podFailurePolicy`` exit-code rule's ``containerName`` a
   container of the pod (Kubernetes refuses the Job otherwise).
+- a JobSet rule's message pattern ``... rule at index N`` names the ``podFailurePolicy`` rule of
+  the kind its action expects: JobSet matches the Job's failure message ("... matching FailJob
+  rule at index N"), so with the rules swapped a usage error (exit 64) would be restarted
+  forever by ``RestartJobSetAndIgnoreMaxRestarts``. A restart that ignores ``maxRestarts``
+  must name a ``FailJob`` rule on the ``DisruptionTarget`` condition, ``FailJobSet`` a
+  ``FailJob`` rule on exit codes.
+- exit-code lists as Kubernetes validates a Job (``validatePodFailurePolicyRuleOnExitCodes``):
+  values sorted, none repeated, and no 0 with ``In``. JobSet's webhook does not look inside the
+  Job template, so the JobSet is created and its Job never is (only a ``JobCreationFailed``
+  event says why).
 """
 
 from __future__ import annotations
@@ -109,6 +119,98 @@ def failure_policy_rules(job: Dict[str, Any]) -> List[Finding]:
                 findings.append(Finding(ERROR, "{}.onJobFailureMessagePatterns[{}]".format(
                     path, i), "{!r} is not a regular expression ({})".format(pattern, error),
                     "escape the special characters"))
+                continue
+            findings += _pattern_target(rule, str(pattern), "{}.onJobFailureMessagePatterns"
+                                        "[{}]".format(path, i), spec)
+    return findings
+
+
+# The podFailurePolicy rule a JobSet rule's action expects its message pattern to name:
+# (what the rule matches, a test on the rule, how the templates write it).
+_EXPECTED_RULE = {
+    "RestartJobSetAndIgnoreMaxRestarts": (
+        "the DisruptionTarget condition", lambda rule: any(
+            _mapping(c).get("type") == "DisruptionTarget"
+            for c in _list(rule.get("onPodConditions"))),
+        "a FailJob rule with onPodConditions: [{type: DisruptionTarget, status: 'True'}]"),
+    "FailJobSet": (
+        "exit codes", lambda rule: isinstance(rule.get("onExitCodes"), dict),
+        "a FailJob rule with onExitCodes (operator: In, the permanent exit codes)"),
+}
+_RULE_INDEX = re.compile(r"rule at index (\d+)")
+
+
+def _pattern_target(rule: Dict[str, Any], pattern: str, path: str, spec: Dict[str, Any]
+                    ) -> List[Finding]:
+    """A finding when ``pattern`` (of JobSet rule ``rule``) names a podFailurePolicy rule,
+    in a replicated job the rule targets, that is missing, not FailJob, or not of the kind
+    ``rule``'s action expects (``_EXPECTED_RULE``)."""
+    index_match = _RULE_INDEX.search(pattern)
+    action = rule.get("action")
+    if index_match is None or "PodFailurePolicy" not in _list(rule.get("onJobFailureReasons")) \
+            or action not in _EXPECTED_RULE:
+        return []
+    index = int(index_match.group(1))
+    kind, is_kind, example = _EXPECTED_RULE[action]
+    targets = _list(rule.get("targetReplicatedJobs"))
+    for replicated in (r for r in _list(spec.get("replicatedJobs")) if isinstance(r, dict)):
+        if targets and replicated.get("name") not in targets:
+            continue
+        job = _mapping(_mapping(replicated.get("template")).get("spec"))
+        if "podFailurePolicy" not in job:
+            continue  # no Job fails with reason PodFailurePolicy: advice, in pod_rules
+        policy_rules = _list(_mapping(job.get("podFailurePolicy")).get("rules"))
+        where = "podFailurePolicy of replicated job {!r}".format(replicated.get("name"))
+        named = _mapping(policy_rules[index]) if index < len(policy_rules) else None
+        if named is not None and named.get("action") == "FailJob" and is_kind(named):
+            continue
+        if named is None:
+            problem = "names rule {} of the {}, which has {} rule{}".format(
+                index, where, len(policy_rules), "" if len(policy_rules) == 1 else "s")
+        else:
+            problem = "names rule {} of the {}, a {} rule on {}, not a FailJob rule on {}" \
+                .format(index, where, named.get("action"), _matches(named), kind)
+        return [Finding(ERROR, path, problem + ": {} would act on failures it is not "
+                        "for".format(action), "make the pattern name the index of {} (the "
+                        "rules' order matters)".format(example))]
+    return []
+
+
+def _matches(rule: Dict[str, Any]) -> str:
+    """What a podFailurePolicy rule matches, in words."""
+    if isinstance(rule.get("onExitCodes"), dict):
+        return "exit codes"
+    conditions = [str(_mapping(c).get("type")) for c in _list(rule.get("onPodConditions"))]
+    return "the {} condition".format(", ".join(conditions)) if conditions else "nothing"
+
+
+def exit_code_rules(job: Dict[str, Any], job_path: str) -> List[Finding]:
+    """Findings in the exit-code lists of a Job's podFailurePolicy that Kubernetes refuses
+    (sorted ascending, no value twice, no 0 with operator In), one at the first bad value."""
+    findings = []
+    for index, rule in enumerate(_list(_mapping(job.get("podFailurePolicy")).get("rules"))):
+        codes = _mapping(_mapping(rule).get("onExitCodes"))
+        values = [v for v in _list(codes.get("values")) if _is_int(v)]
+        if len(values) != len(_list(codes.get("values"))):
+            continue  # the schema's finding
+        path = "{}.podFailurePolicy.rules[{}].onExitCodes.values".format(job_path, index)
+        for position, value in enumerate(values):
+            problem = None
+            if value == 0 and codes.get("operator") == "In":
+                problem = "holds 0 with operator In, which Kubernetes refuses (a container " \
+                          "that exits 0 succeeded)"
+            elif position and value == values[position - 1]:
+                problem = "lists {} twice, which Kubernetes refuses".format(value)
+            elif position and value < values[position - 1]:
+                problem = "is not sorted ({} after {}), which Kubernetes refuses".format(
+                    value, values[position - 1])
+            if problem:
+                findings.append(Finding(ERROR, "{}[{}]".format(path, position), problem + ": "
+                                        "the JobSet is created but its Job never is",
+                                        "list the exit codes once each, in ascending order, "
+                                        "without 0: [{}]".format(", ".join(
+                                            str(v) for v in sorted(set(values)) if v))))
+                break
     return findings
 
 
@@ -116,7 +218,7 @@ def pod_rules(job: Dict[str, Any], job_path: str, pod: Dict[str, Any], pod_path:
               tpu_containers: Sequence[Tuple[int, Dict[str, Any]]]) -> List[Finding]:
     """Findings for one replicated job's Job spec ``job`` and pod spec ``pod`` (at their
     paths); ``tpu_containers``: (index, container) of each that asks for ``google.com/tpu``."""
-    findings = _restart_policy(job, job_path, pod, pod_path)
+    findings = _restart_policy(job, job_path, pod, pod_path) + exit_code_rules(job, job_path)
     names = [c.get("name") for key in ("containers", "initContainers")
              for c in _list(pod.get(key)) if isinstance(c, dict)]  # a list: see above
     for index, rule in enumerate(_list(_mapping(job.get("podFailurePolicy")).get("rules"))):

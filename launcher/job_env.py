@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from launcher.errors import ConfigError
-from launcher.gke_topology import GkeTopology
+from launcher.gke_topology import GkeTopology, first_repeat
 
 # Variables that configure torch_xla's runtime directly; a user who sets one has chosen.
 RUNTIME_VARIABLES = ("XRT_TPU_CONFIG", "TPU_IP_ADDRESS", "PJRT_DEVICE", "XRT_WORKERS",
@@ -136,6 +136,11 @@ class SliceHost:
         if not all(names):
             raise ConfigError("TPU_WORKER_HOSTNAMES={!r} has an empty host name".format(
                 hostnames), "list every host of the slice once, " + example)
+        repeated = first_repeat(names)
+        if repeated is not None:
+            raise ConfigError("TPU_WORKER_HOSTNAMES lists {!r} twice: each host of the slice "
+                              "is one worker".format(repeated),
+                              "list every host of the slice once, " + example)
         if worker_id is None:
             if len(names) == 1:
                 return cls(0, names)

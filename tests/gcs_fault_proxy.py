@@ -26,7 +26,8 @@ class Rule:
     that long and then drop it; or, with ``mangle``, answer with the real response whose body
     is "corrupt" (one byte flipped) or "truncated" (half sent, then the connection closed).
     ``every`` 2 breaks every other match (each write then needs one retry); 1 breaks all of
-    them (an outage); counted from the first match past ``after``."""
+    them (an outage); counted from the first match past ``after``, and with ``limit`` only
+    the first that many (a refusal that ends)."""
 
     needle: str
     methods: Tuple[str, ...] = WRITES
@@ -35,6 +36,7 @@ class Rule:
     mangle: str = ""
     every: int = 1
     after: int = 0  # the first ``after`` matches pass untouched
+    limit: int = 0  # break no more than this many (0: no limit), then pass the rest
     matched: int = 0
     broken: int = 0
     hit: threading.Event = field(default_factory=threading.Event)  # set at the first break
@@ -43,7 +45,8 @@ class Rule:
         if method not in self.methods or self.needle not in text:
             return False
         self.matched += 1
-        if self.matched <= self.after or (self.matched - 1 - self.after) % self.every:
+        if self.matched <= self.after or (self.matched - 1 - self.after) % self.every \
+                or (self.limit and self.broken >= self.limit):
             return False
         self.broken += 1
         self.hit.set()

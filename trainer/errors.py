@@ -10,6 +10,7 @@ EX_USAGE = 64     # bad flag value
 EX_DATAERR = 65   # missing or malformed input data
 EX_SOFTWARE = 70  # a tool's worker process died (killed, or crashed in native code)
 EX_IOERR = 74     # the job dir cannot be read or written
+EX_NOPERM = 77    # Cloud Storage refused the job (403, no credentials, a missing bucket)
 EX_CONFIG = 78    # the container lacks what the run needs (shared memory for the data workers)
 # SIGTERM (maintenance, preemption, cancel): a checkpoint was written, then the trainer exits
 # non-zero so that the platform restarts the replica, which resumes from that checkpoint.

@@ -11,6 +11,14 @@ never part of one.
   the process ends.
 
 google-cloud-storage honours ``STORAGE_EMULATOR_HOST`` (the tests use fake-gcs-server).
+
+Two kinds of GCS failure end a run differently. An outage (429, 5xx, timeouts, dropped
+connections) is retried for ``RETRY_DEADLINE_S`` and then exits 74, which a JobSet retries.
+A refusal (401/403, a missing bucket, credentials that cannot be had) exits 77 (``EX_NOPERM``),
+which the JobSet templates end at once: the same pod would be refused again. A refusal within
+the first ``REFUSAL_RETRY_S`` seconds after a process's first GCS request is retried until
+then, because a new GKE pod's Workload Identity may not answer (or its binding not have
+propagated) for its first seconds.
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
-from trainer.errors import StorageError
+from trainer.errors import EX_NOPERM, StorageError
 from trainer.gcs_listing import object_entries
 from trainer.gcs_object import read_object
 
@@ -244,6 +253,13 @@ class LocalDirectory(Directory):
 RETRY_DEADLINE_S = 300.0
 
 
+# How long after a process's first GCS request a refusal is retried (at most
+# ``RETRY_DEADLINE_S``): a new GKE pod's Workload Identity may not answer for its first seconds
+# (GKE's documentation asks for retries there); past it, a refusal is final at once.
+REFUSAL_RETRY_S = 20.0
+_first_request: Dict[int, float] = {}  # process id -> monotonic time of its first GCS request
+
+
 # A resumable upload's chunk (a multiple of 256 KiB): the library's default reads 100 MiB of
 # the file into memory at a time; 16 MiB keeps a checkpoint's upload small in memory at a few
 # more requests (13 for ResNet-50's 205 MB).
@@ -328,11 +344,10 @@ class GcsDirectory(Directory):
         that keeps nothing but the names (``trainer.gcs_listing``)."""
         start = self._key(prefix.rstrip("/") + "/" if prefix else "")
         base = len(self.prefix) + 1 if self.prefix else 0
-        try:
-            return self._call(lambda policy: [name[base:] for name, _ in object_entries(
-                self.bucket.client, self.bucket_name, start, policy, delimiter)], prefix)
-        except FileNotFoundError:  # listing answers 404 only when the bucket is missing
-            raise self._missing_bucket()
+        # Listing answers 404 only when the bucket is missing.
+        return self._call(lambda policy: [name[base:] for name, _ in object_entries(
+            self.bucket.client, self.bucket_name, start, policy, delimiter)], prefix,
+            missing_bucket=True)
 
     def delete(self, name: str) -> None:
         try:
@@ -369,7 +384,7 @@ class GcsDirectory(Directory):
     def sync_down(self, name: str, local_path: str) -> int:
         start = self._key(name.rstrip("/") + "/")
         entries = self._call(lambda policy: list(object_entries(
-            self.bucket.client, self.bucket_name, start, policy)), name)
+            self.bucket.client, self.bucket_name, start, policy)), name, missing_bucket=True)
         for key, size in entries:
             relative = key[len(start):]
             if relative and not os.path.basename(relative).startswith(_TMP_PREFIX):
@@ -383,15 +398,21 @@ class GcsDirectory(Directory):
         8 MB goes in chunks of ``UPLOAD_CHUNK_BYTES``, never held in memory whole."""
         blob = self.bucket.blob(self._key(name), chunk_size=UPLOAD_CHUNK_BYTES)
         condition = {} if overwrite else {"if_generation_match": 0}
-        try:
-            self._call(lambda policy: send(blob, dict(condition, **policy)), name)
-        except FileNotFoundError:  # a 404 on a write: the bucket itself is missing
-            raise self._missing_bucket()
+        # A 404 on a write: the bucket itself is missing.
+        self._call(lambda policy: send(blob, dict(condition, **policy)), name,
+                   missing_bucket=True)
 
     def _missing_bucket(self) -> StorageError:
         return StorageError("bucket gs://{} does not exist".format(self.bucket_name),
                             "create it (gcloud storage buckets create gs://{}) or fix the "
-                            "path".format(self.bucket_name))
+                            "path".format(self.bucket_name), EX_NOPERM)
+
+    def _refused(self, name: str, error: BaseException) -> StorageError:
+        return StorageError("GCS refused the request for {}: {}".format(
+            self.join(name), _cause(error)),
+            "give the job's account roles/storage.objectUser on gs://{} (on GKE: the pods' "
+            "Workload Identity, or a node pool with --scopes cloud-platform: docs/gke.md, "
+            "Cloud Storage access)".format(self.bucket_name), EX_NOPERM)
 
     def _download(self, name: str, local_path: str) -> None:
         """Download ``name`` to ``local_path`` atomically (a killed download leaves no file
@@ -402,28 +423,46 @@ class GcsDirectory(Directory):
             partial, **policy), name)
         os.replace(partial, local_path)
 
-    def _call(self, action, name: str):
+    def _call(self, action, name: str, missing_bucket: bool = False):
         """``action(policy)`` with the retry policy as keyword arguments; failures become
-        ``FileNotFoundError`` (404) or ``StorageError`` (exit 74), never a traceback."""
+        ``FileNotFoundError`` (404; with ``missing_bucket``, where only a missing bucket
+        answers 404, a refusal) or ``StorageError``: exit 74 after an outage's retries, 77
+        for a refusal (retried while ``_may_retry_refusal``), never a traceback."""
         from google.api_core import exceptions
+        from google.auth.exceptions import GoogleAuthError, TransportError
 
-        try:
-            return action(_retry_policy())
-        except exceptions.NotFound:
-            raise FileNotFoundError(self.join(name))
-        except exceptions.PreconditionFailed:
-            raise StorageError("{} already exists".format(self.join(name)), "use a new name")
-        except (exceptions.GoogleAPIError, OSError) as error:
-            # After the retries: a RetryError (3.x), or the last transient error itself (2.x's
-            # uploads). Otherwise a refusal (403, 400). OSError: requests' connection errors.
-            if _transient(error):
-                raise StorageError("GCS kept failing for {} for up to {:.0f}s: {}".format(
-                    self.join(name), RETRY_DEADLINE_S, _cause(error)),
-                    "check GCS's status and the network; TRAINER_GCS_RETRY_DEADLINE sets "
-                    "how long to retry")
-            raise StorageError("GCS request for {} failed: {}".format(self.join(name),
-                                                                       _cause(error)),
-                               "check the bucket name and the job's storage permissions")
+        _first_request.setdefault(os.getpid(), time.monotonic())
+        delay = 0.5
+        while True:
+            try:
+                return action(_retry_policy())
+            except exceptions.NotFound:
+                if not missing_bucket:
+                    raise FileNotFoundError(self.join(name))
+                refusal = self._missing_bucket()
+            except exceptions.PreconditionFailed:
+                raise StorageError("{} already exists".format(self.join(name)),
+                                   "use a new name")
+            except (exceptions.GoogleAPIError, OSError, GoogleAuthError) as error:
+                # After the retries: a RetryError (3.x), or the last transient error itself
+                # (2.x's uploads). OSError: requests' connection errors.
+                # A token that cannot be had (RefreshError: Workload Identity not bound or
+                # not answering yet) is a refusal; the metadata server out of reach, an outage.
+                credentials = isinstance(error, GoogleAuthError) \
+                    and not isinstance(error, TransportError)
+                if _transient(error) and not credentials:
+                    raise StorageError("GCS kept failing for {} for up to {:.0f}s: {}".format(
+                        self.join(name), RETRY_DEADLINE_S, _cause(error)),
+                        "check GCS's status and the network; TRAINER_GCS_RETRY_DEADLINE "
+                        "sets how long to retry")
+                if _status(_innermost(error)) not in (401, 403) and not credentials:
+                    raise StorageError("GCS request for {} failed: {}".format(
+                        self.join(name), _cause(error)), "check the bucket name and the path")
+                refusal = self._refused(name, error)
+            if not _may_retry_refusal(delay):
+                raise refusal
+            time.sleep(delay)
+            delay = min(2 * delay, 4.0)
 
 
 class StagedReadError(Exception):
@@ -449,6 +488,13 @@ class _StagedReads:
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
+
+
+def _may_retry_refusal(delay: float) -> bool:
+    """Whether a refusal may be tried again after ``delay`` seconds: while that ends within
+    ``REFUSAL_RETRY_S`` (at most ``RETRY_DEADLINE_S``) of this process's first request."""
+    window = min(REFUSAL_RETRY_S, RETRY_DEADLINE_S)
+    return time.monotonic() + delay - _first_request[os.getpid()] <= window
 
 
 def _retry_policy() -> dict:

@@ -58,8 +58,10 @@ NOT_HERE = {
 # of the test's own (never this machine's engine).
 SHIMMED_TARGETS = ("build", "push", "cloudbuild", "repository", "check-job", "submit",
                    "submit-vertex", "vertex-status", "vertex-logs", "vertex-cancel",
-                   "local-run", "sbom", "help", "gke-status", "gke-logs", "gke-delete",
+                   "local-run", "sbom", "help", "gke-status", "gke-delete",
                    "rehearse-env", "rehearse-stop")
+# (gke-logs follows a cluster's pods until its JobSet ends: make -n here, and
+# tests/delivery/test_gke_logs.py plays it against a kubectl that plays a cluster.)
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$(basename "$0") $*" >> "{log}"\n'
 # gcloud prints the name of the job it created, which make submit-vertex keeps for the
 # vertex-* targets.
@@ -310,14 +312,35 @@ def test_a_block_splits_into_the_commands_a_shell_runs():
     assert "command 2 of the block failed (1)" in result.stderr
 
 
-# xpk runs a workload's --command with ``bash -c`` in the image (PYTHONPATH=/app there; the
-# checkout here), replacing its entrypoint; this python runs the launcher as a dry run.
-XPK = """#!/bin/sh
-while [ $# -gt 0 ]; do
-  case "$1" in --command) exec bash -c "$2" ;; esac
-  shift
-done
-exit 2
+GKE_BLOCKS = [block for block in shell_blocks() if block.page == "docs/gke.md"
+              and "make " in block.text and "CLUSTER=" in block.text]
+
+
+@pytest.mark.parametrize("block", GKE_BLOCKS, ids=lambda block: block.name)
+def test_a_cluster_in_another_region_is_the_one_make_talks_to(shell, block):
+    """A reader whose cluster is in europe-west4 changes the block's REGION: every kubectl
+    call make gives (run, or printed by make -n) names that cluster's context."""
+    assert "REGION=us-central1" in block.text, "{} sets no REGION".format(block.name)
+    result, calls = shell(block.text.replace("REGION=us-central1", "REGION=europe-west4"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    contexts = [line for line in calls + result.stdout.splitlines()
+                if "kubectl" in line and "--context" in line]
+    assert contexts, "{} calls no kubectl".format(block.name)
+    assert all("--context gke_my-project_europe-west4_tpu-cluster" in line
+               for line in contexts), contexts
+
+
+# xpk runs a workload's --command inside its own script, with ``bash -c`` as the container's
+# command (PYTHONPATH=/app in the image; the checkout here), replacing its entrypoint; this
+# python runs the launcher as a dry run. ``xpk cluster create`` only succeeds.
+XPK = """#!{python}
+import subprocess, sys
+sys.path.insert(0, {tests!r})
+from xpk_workload import container_script, flags
+words = sys.argv[1:]
+if words[:2] == ["workload", "create"]:
+    sys.exit(subprocess.call(["bash", "-c", container_script(flags(words)["command"])]))
+sys.exit(0 if words[:2] == ["cluster", "create"] else 2)
 """
 PYTHON_LAUNCHER_DRY_RUN = """#!/bin/sh
 if [ "$1 $2" = "-m launcher" ]; then shift 2; exec {python} -m launcher --dry-run "$@"; fi
@@ -331,7 +354,8 @@ def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_
     trainer with the arguments after its own options."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    scripts = {"xpk": XPK, "gcloud": "#!/bin/sh\necho sha256:0123\n",
+    scripts = {"xpk": XPK.format(python=sys.executable, tests=str(REPO / "tests")),
+               "gcloud": "#!/bin/sh\necho sha256:0123\n",
                "python": PYTHON_LAUNCHER_DRY_RUN.format(python=REPO / ".venv" / "bin" /
                                                         "python")}
     for name, text in scripts.items():
@@ -348,4 +372,6 @@ def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_
     assert len(trainer) == 1 and trainer[0].endswith(
         "-m trainer.imagenet --data_dir=gs://my-bucket/imagenet-shards "
         "--job-dir=gs://my-bucket/jobs/xpk-1"), result.stdout
-    assert "exec python -m launcher" in block.text  # PID 1: the preemption's SIGTERM arrives
+    assert "\nEXIT_CODE=0\n" in result.stdout  # xpk's script ran it and passed its code on
+    # $PID, the process xpk's trap sends SIGTERM to, is the launcher (tests/delivery/test_xpk.py)
+    assert "exec python -m launcher" in block.text

@@ -182,6 +182,35 @@ WHY = [
     ("exit codes of a container the pod lacks", set_path(
         JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "containerName"], "main"),
      JOB + ".podFailurePolicy.rules[1].onExitCodes.containerName"),
+    # Issue 47: a JobSet rule's pattern must name the pod failure policy rule of its kind,
+    # and exit-code lists must be as Kubernetes validates them.
+    ("a restart pattern naming the exit-code rule", set_path(
+        ["spec", "failurePolicy", "rules", 0, "onJobFailureMessagePatterns"],
+        ["matching FailJob rule at index 1$"]),
+     "spec.failurePolicy.rules[0].onJobFailureMessagePatterns[0]"),
+    ("a fail pattern naming the disruption rule", set_path(
+        ["spec", "failurePolicy", "rules", 1, "onJobFailureMessagePatterns"],
+        ["matching FailJob rule at index 0$"]),
+     "spec.failurePolicy.rules[1].onJobFailureMessagePatterns[0]"),
+    ("a pattern naming a rule that is not there", set_path(
+        ["spec", "failurePolicy", "rules", 1, "onJobFailureMessagePatterns"],
+        ["matching FailJob rule at index 2$"]),
+     "spec.failurePolicy.rules[1].onJobFailureMessagePatterns[0]"),
+    ("a pattern naming an Ignore rule", set_path(
+        JOB_KEYS + ["podFailurePolicy", "rules", 0, "action"], "Ignore"),
+     "spec.failurePolicy.rules[0].onJobFailureMessagePatterns[0]"),
+    ("exit codes out of order", set_path(
+        JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "values"],
+        [64, 65, 78, 77, 126, 127]),
+     JOB + ".podFailurePolicy.rules[1].onExitCodes.values[3]"),
+    ("an exit code twice", set_path(
+        JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "values"],
+        [64, 65, 65, 77, 78, 126, 127]),
+     JOB + ".podFailurePolicy.rules[1].onExitCodes.values[2]"),
+    ("exit code 0 with In", set_path(
+        JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "values"],
+        [0, 64, 65, 77, 78, 126, 127]),
+     JOB + ".podFailurePolicy.rules[1].onExitCodes.values[0]"),
     ("ImageNet flags for MNIST", lambda job: (
         pod(job)["containers"][0].pop("env"),
         pod(job)["containers"][0]["args"].append("--image_size=160")),
@@ -468,3 +497,25 @@ def test_the_templates_tolerate_the_tpu_taint_and_are_deleted_a_day_after(templa
         pod(job)["tolerations"]
     assert job["spec"]["ttlSecondsAfterFinished"] == 86400
     assert pod(job)["restartPolicy"] == "Never"
+
+
+def test_pod_failure_rules_in_the_other_order_are_refused_at_both_patterns():
+    """Swapped, the rules would restart an exit 64 forever (uncounted) and end the JobSet at
+    a preemption; each JobSet rule's pattern is refused, naming what it points at."""
+    job = ready()
+    rules = job["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"]
+    rules.reverse()
+    assert fate(job, exit_code=64) == "RestartJobSetAndIgnoreMaxRestarts"
+    found = errors(job)
+    assert [f.path for f in found] == ["spec.failurePolicy.rules[{}].onJobFailureMessagePatterns"
+                                       "[0]".format(i) for i in (0, 1)]
+    assert "a FailJob rule on exit codes, not a FailJob rule on the DisruptionTarget " \
+        "condition" in found[0].problem
+    assert "DisruptionTarget" in found[0].fix
+
+
+def test_exit_codes_with_not_in_may_hold_0():
+    job = ready()
+    job["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"][1][
+        "onExitCodes"].update(operator="NotIn", values=[0, 1, 69, 70, 74, 137, 143])
+    assert [f.path for f in errors(job) if "onExitCodes" in f.path] == []

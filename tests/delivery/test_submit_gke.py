@@ -3,8 +3,8 @@ pushed tag, checks the JobSet with that image, the name and JOB_ARGS filled in, 
 build/, and pipes it to ``kubectl create -f -`` on the cluster's context (a recording stand-in
 for kubectl); a tag the registry does not know is refused with a hint, a digest given is used
 as it is; without kubectl it prints the manifest and the command; a broken template stops
-before kubectl. make gke-status, gke-logs and gke-delete reach kubectl for the JobSet
-submitted last, or the one GKE_JOB_NAME names."""
+before kubectl. make gke-status and gke-delete reach kubectl for the JobSet
+submitted last, or the one GKE_JOB_NAME names (gke-logs: tests/delivery/test_gke_logs.py)."""
 
 import json
 import os
@@ -156,8 +156,6 @@ def test_a_broken_jobset_stops_before_kubectl(tools):
 LIFECYCLE = {
     "gke-status": [["--context", CONTEXT, "get", "jobset", "{}"],
                    ["--context", CONTEXT, "get", "pods", "-l", SELECTOR + "{}", "-o", "wide"]],
-    "gke-logs": [["--context", CONTEXT, "logs", "-f", "-l", SELECTOR + "{}", "--prefix",
-                  "--tail=-1", "--max-log-requests=64"]],
     "gke-delete": [["--context", CONTEXT, "delete", "jobset", "{}"]],
 }
 
@@ -176,7 +174,8 @@ def test_the_job_submitted_last_is_the_default(tools, tmp_path, target):
     assert [call["argv"] for call in kubectl] == named(LIFECYCLE[target], "other-run")
 
 
-@pytest.mark.parametrize("target", sorted(LIFECYCLE))
+# (gke-logs's kubectl calls: tests/delivery/test_gke_logs.py)
+@pytest.mark.parametrize("target", sorted(LIFECYCLE) + ["gke-logs"])
 def test_without_a_job_the_target_says_what_to_do(tools, target):
     result, kubectl, _ = tools(target)
     assert result.returncode != 0 and kubectl == []

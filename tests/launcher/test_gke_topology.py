@@ -19,10 +19,11 @@ V5E_16_HOST_2 = {"TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": "v5litepo
                  "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1", "TPU_WORKER_ID": "2",
                  "TPU_WORKER_HOSTNAMES": HOSTS}
 # TPU7x: the hosts come as process addresses, not host names.
+ADDRESSES = "h0:8471,h1:8471,h2:8471,h3:8471"
 TPU7X_32_HOST_1 = {"TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": "tpu7x-32",
                    "TPU_HOST_BOUNDS": "1,2,2", "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
                    "TPU_WORKER_ID": "1",
-                   "TPU_PROCESS_ADDRESSES": "h0:8471,h1:8471,h2:8471,h3:8471",
+                   "TPU_PROCESS_ADDRESSES": ADDRESSES,
                    "TPU_PROCESS_PORT": "8471"}
 
 
@@ -51,6 +52,8 @@ def test_the_slice_is_read_from_gkes_variables():
                                    "(TPU_CHIPS_PER_HOST_BOUNDS=2,2,1)")
     check(V5E_16_HOST_2, HOSTS.split(","), 4)
     check(TPU7X_32_HOST_1, (), 4)
+    check(dict(TPU7X_32_HOST_1, TPU_TOPOLOGY="2x4x2"), (), 4)
+    check(dict(V5E_16_HOST_2, TPU_TOPOLOGY="4x4x1"), HOSTS.split(","), 4)
 
 
 @pytest.mark.parametrize("name, chips", [("v5litepod-16", 16), ("v5e-8", 8), ("v6e-256", 256),
@@ -73,6 +76,14 @@ def test_an_accelerator_types_chips(name, chips):
     ({"TPU_HOST_BOUNDS": "2,x,1"}, (), None, "TPU_HOST_BOUNDS='2,x,1' is not a list of "
                                              "positive counts"),
     ({"TPU_CHIPS_PER_HOST_BOUNDS": "2,0,1"}, (), None, "TPU_CHIPS_PER_HOST_BOUNDS='2,0,1'"),
+    ({"TPU_TOPOLOGY": "4x8"}, (), None, "TPU_TOPOLOGY=4x8 does not match TPU_HOST_BOUNDS=2,2,1 "
+                                        "x TPU_CHIPS_PER_HOST_BOUNDS=2,2,1 (4x4x1 chips"),
+    ({"TPU_TOPOLOGY": "2x8"}, (), None, "TPU_TOPOLOGY=2x8 does not match"),
+    ({"TPU_TOPOLOGY": "4x-4"}, (), None, "TPU_TOPOLOGY='4x-4' is not chips along each axis"),
+    ({"TPU_PROCESS_ADDRESSES": ADDRESSES, "TPU_WORKER_ID": "9"}, (), None,
+     "TPU_WORKER_ID='9' is not a worker of the 4 hosts TPU_PROCESS_ADDRESSES lists (0 to 3)"),
+    ({"TPU_PROCESS_ADDRESSES": "h0:8471,h1:8471,h0:8471,h3:8471"}, (), None,
+     "TPU_PROCESS_ADDRESSES='h0:8471,h1:8471,h0:8471,h3:8471' lists h0:8471 twice"),
 ])
 def test_variables_that_disagree_are_named(change, hostnames, chips, named):
     with pytest.raises(ConfigError) as caught:
@@ -104,6 +115,19 @@ def test_a_pod_on_the_wrong_pool_stops_with_one_line(tmp_path, capsys, dry_run):
     assert execvpe.calls == []
     error, hint = capsys.readouterr().err.strip().splitlines()[-2:]
     assert error.startswith("launcher: ConfigError: TPU_") and "HINT" in hint
+
+
+@pytest.mark.parametrize("change", [{"TPU_WORKER_ID": "9"}, {"TPU_TOPOLOGY": "4x8"}])
+def test_a_tpu7x_pod_outside_its_slice_stops_with_one_line(tmp_path, capsys, change):
+    """TPU7x names its hosts by address: a worker id past them (or a topology the bounds do
+    not make) stops the pod before the slice would hang forming (exit 78)."""
+    root = make_tpu_sysfs(tmp_path, "0x0076", chips=4)
+    execvpe = RecordingExec()
+    assert main(["--host-root=" + str(root)], dict(TPU7X_32_HOST_1, **change), execvpe) \
+        == EX_CONFIG
+    assert execvpe.calls == []
+    error, hint = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert error.startswith("launcher: ConfigError: " + next(iter(change))) and "HINT" in hint
 
 
 def test_tpu7x_process_addresses_reach_the_trainer(tmp_path, capsys):

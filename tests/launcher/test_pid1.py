@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from pid_namespace import namespace_init_pid
 from signal_state import MASK_AT_START, STOP_BITS, commands_on_path, masks_at_start
 
 import fake_cloud_tpu as fake
@@ -64,21 +65,6 @@ def stop_when_ready(process, signum=signal.SIGTERM):
     os.kill(init, signum)
     code = process.wait(10)
     return code, time.monotonic() - sent
-
-
-def namespace_init_pid(unshare_pid, timeout=10.0):
-    """The host PID of the process that is PID 1 inside unshare's new namespace."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open("/proc/{0}/task/{0}/children".format(unshare_pid)) as handle:
-                children = handle.read().split()
-        except OSError:
-            children = []
-        if children:
-            return int(children[0])
-        time.sleep(0.02)
-    raise AssertionError("unshare started no child")
 
 
 def wait_for(predicate, timeout, step=0.02):

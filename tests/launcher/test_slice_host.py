@@ -30,6 +30,8 @@ def test_no_hostnames_is_no_slice():
     ({"TPU_WORKER_ID": "\u0661", "TPU_WORKER_HOSTNAMES": "a,b"}, "TPU_WORKER_ID="),
     ({"TPU_WORKER_HOSTNAMES": "a,b,c,d"}, "TPU_WORKER_ID is not set"),
     ({"TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "a,,c"}, "TPU_WORKER_HOSTNAMES="),
+    ({"TPU_WORKER_ID": "1", "TPU_WORKER_HOSTNAMES": "a,b,a,d"},
+     "TPU_WORKER_HOSTNAMES lists 'a' twice"),
 ])
 def test_variables_that_disagree_are_named(environ, named):
     with pytest.raises(ConfigError) as caught:

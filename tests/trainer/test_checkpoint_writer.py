@@ -178,10 +178,10 @@ def test_the_write_runs_nicer_than_the_trainer_and_the_trainer_keeps_its_priorit
 
 def test_a_failed_background_write_stops_the_run_within_a_step_with_its_state_written(
         faulty_gcs, tmp_path):
-    # Every upload of step 500's checkpoint is refused (403: no retry), as a bucket whose
-    # writes fail would. The loop learns of it after the step during which it failed, not
-    # at the next checkpoint (step 1000, the epoch's end): it writes the state it reached
-    # and exits 74 naming step 500's.
+    # Every upload of step 500's checkpoint is refused (403: a refusal, exit 77), as a bucket
+    # whose writes fail would. The loop learns of it after the step during which it failed,
+    # not at the next checkpoint (step 1000, the epoch's end): it writes the state it reached
+    # and exits 77 naming step 500's.
     bucket, proxy = faulty_gcs
     job = "gs://{}/job".format(bucket.name)
     refused = proxy.add(Rule(checkpoint_name(500), status=403))
@@ -193,7 +193,7 @@ def test_a_failed_background_write_stops_the_run_within_a_step_with_its_state_wr
     finally:
         process.kill()
     assert refused.hit.is_set()
-    assert process.returncode == 74, err
+    assert process.returncode == 77, err
     error, hint = err.strip().splitlines()[-2:]
     assert "Traceback" not in err
     assert error.startswith("StorageError: ") and checkpoint_name(500) in error

@@ -5,6 +5,7 @@ import json
 import pytest
 from gcs_fault_proxy import Rule
 
+from trainer import storage
 from trainer.config import normalize_argv
 from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.outputs import METRICS, OutputPaths, RunOutputs
@@ -153,13 +154,14 @@ def test_a_background_flush_leaves_the_upload_to_a_thread_and_the_last_flush_wai
 
 def test_a_failed_background_upload_is_one_error_at_the_next_flush(faulty_gcs, monkeypatch):
     bucket, proxy = faulty_gcs
+    monkeypatch.setattr(storage, "REFUSAL_RETRY_S", 1.0)  # a refusal is retried that long
     proxy.add(Rule(METRICS, status=403))
     with outputs_through(proxy, bucket, monkeypatch) as outputs:
         outputs.record("train", {"loss": 1.0}, 1)
         outputs.flush(background=True)
         with pytest.raises(StorageError) as raised:
             outputs.flush()
-    assert raised.value.exit_code == 74 and "\n" not in raised.value.message
+    assert raised.value.exit_code == 77 and "\n" not in raised.value.message  # a refusal
     assert METRICS in raised.value.message
 
 

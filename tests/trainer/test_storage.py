@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from trainer import storage
 from trainer.errors import StorageError
 from trainer.storage import LocalDirectory, open_dir
 
@@ -126,13 +127,18 @@ def test_write_file_without_overwrite_keeps_the_existing_object(directory, scrat
     assert directory.read_bytes("model.pt") == b"first"
 
 
-def test_writing_into_a_missing_bucket_is_one_storage_error_naming_it(gcs, scratch):
-    # A 404 on an upload was a bare FileNotFoundError: a traceback from ``save_model``.
+def test_writing_into_a_missing_bucket_is_one_storage_error_naming_it(gcs, scratch,
+                                                                      monkeypatch):
+    # A 404 on an upload was a bare FileNotFoundError: a traceback from ``save_model``. A
+    # refusal: exit 77, retried only in the process's first second here.
+    monkeypatch.setattr(storage, "REFUSAL_RETRY_S", 1.0)
     directory = open_dir("gs://no-such-bucket-{}/job".format(gcs.name))
     for write in (lambda: directory.write_bytes("metrics.jsonl", b"{}"),
                   lambda: directory.write_file("model.pt", lambda stream: None)):
-        with pytest.raises(StorageError, match=r"bucket gs://no-such-bucket-\S+ does not exist"):
+        with pytest.raises(StorageError, match=r"bucket gs://no-such-bucket-\S+ does not exist") \
+                as raised:
             write()
+        assert raised.value.exit_code == 77
     assert list(scratch.iterdir()) == []
 
 

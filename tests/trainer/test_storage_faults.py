@@ -4,7 +4,10 @@ requests, with each google-cloud-storage major the images ship (3.x: pjrt, 2.x: 
 - transient 503s and hung requests on every kind of write are retried: the run succeeds and
   every output is whole;
 - an outage of one kind of write (checkpoints, metrics, TensorBoard, model, summary) ends the
-  run with exit 74 and one line naming the object, never a traceback.
+  run with exit 74 and one line naming the object, never a traceback;
+- a refusal (403, a missing bucket) ends it with exit 77, which a JobSet does not retry, after
+  a short retry that lets a refusal of a pod's first seconds pass (Workload Identity not yet
+  answering).
 """
 
 import json
@@ -100,11 +103,11 @@ def test_a_checkpoint_that_cannot_be_read_stops_the_run_and_deletes_nothing(
     result, job = train(proxy, gcs, storage_major)
     assert result.returncode == 0, result.stderr
     before = {blob.name: blob.md5_hash for blob in gcs.list_blobs(prefix="job/checkpoints/")}
-    for status in (503, 403):
+    for status, code in ((503, 74), (403, 77)):
         rule = proxy.add(Rule(WRITES["checkpoint"], methods=("GET",), status=status))
         result, _ = train(proxy, gcs, storage_major, deadline="2")
         proxy.remove(rule)
-        assert result.returncode == 74, (status, result.stderr)
+        assert result.returncode == code, (status, result.stderr)
         error = result.stderr.strip().splitlines()[-2]
         assert error.startswith("StorageError: ") and "ckpt-000000004.pt" in error, error
         assert "Traceback" not in result.stderr and "skipping" not in result.stderr
@@ -113,13 +116,48 @@ def test_a_checkpoint_that_cannot_be_read_stops_the_run_and_deletes_nothing(
         assert after == before, status
 
 
-def test_a_job_dir_in_a_missing_bucket_is_exit_74_naming_it(gcs, storage_major):
+EVERY_METHOD = ("GET", "POST", "PUT", "DELETE", "PATCH")
+
+
+@pytest.mark.parametrize("methods, retried", [(EVERY_METHOD, True), (("POST", "PUT"), False)],
+                         ids=["every-request", "writes-only"])
+def test_a_refusal_is_exit_77_after_a_short_retry(faulty_gcs, storage_major, methods, retried):
+    """403 on every request (an account without the role), or on the writes only (a node
+    pool's read-only scopes): exit 77, which the JobSet templates end at once instead of
+    re-creating the slice ten times. A refusal from the process's first request on is retried
+    for the refusal window (here the 3 s retry deadline: at 0, 0.5 and 1.5 s); the first write
+    comes after it, and its refusal is final at once."""
+    gcs, proxy = faulty_gcs
+    rule = proxy.add(Rule("job/", methods=methods, status=403))
+    result, job = train(proxy, gcs, storage_major, deadline="3")
+    assert result.returncode == 77, result.stderr
+    error, hint = result.stderr.strip().splitlines()[-2:]
+    assert error.startswith("StorageError: GCS refused the request for {}/".format(job)), error
+    assert error.endswith(": HTTP 403 (Forbidden)") or error.endswith(
+        ": HTTP 403 (InvalidResponse)"), error
+    assert hint.startswith("HINT: give the job's account roles/storage.objectUser on gs://" +
+                           gcs.name) and "Traceback" not in result.stderr
+    assert (rule.broken >= 3) == retried, rule.broken
+
+
+def test_a_refusal_in_a_pods_first_seconds_passes_once_it_ends(faulty_gcs, storage_major):
+    """The first two requests refused, as while a new pod's Workload Identity does not answer
+    yet: retried, and the run writes everything."""
+    gcs, proxy = faulty_gcs
+    rule = proxy.add(Rule("job/", methods=EVERY_METHOD, status=403, limit=2))
+    result, _ = train(proxy, gcs, storage_major, deadline="10")
+    assert result.returncode == 0, result.stderr
+    assert rule.broken == 2
+    assert_every_output_whole(gcs)
+
+
+def test_a_job_dir_in_a_missing_bucket_is_exit_77_naming_it(gcs, storage_major):
     result = subprocess.run(
         [sys.executable, "-m", "trainer.mnist", "--job_dir=gs://no-such-bucket-here/job"] + RUN,
         cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU", PYTHONPATH=storage_major,
                                          TRAINER_GCS_RETRY_DEADLINE="2"),
         capture_output=True, text=True, timeout=300)
-    assert result.returncode == 74, result.stderr
+    assert result.returncode == 77, result.stderr
     error, hint = result.stderr.strip().splitlines()[-2:]
     assert error == "StorageError: bucket gs://no-such-bucket-here does not exist", error
     assert hint.startswith("HINT: create it") and "Traceback" not in result.stderr

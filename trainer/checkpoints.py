@@ -123,7 +123,8 @@ class CheckpointStore:
                         "bytes cannot be verified, only its values checked finite",
                         self.directory.join(name))
         else:
-            return None, "it ends in neither a digest nor a whole archive (truncated, or no checkpoint)"
+            return None, ("it ends in neither a digest nor a whole archive (truncated, or no "
+                          "checkpoint)")
         try:
             state = _load(archive)
             if not isinstance(state, dict) or "step" not in state:

@@ -72,7 +72,7 @@ class CheckpointStore:
         for ResNet-50, while the write went on)."""
         name = checkpoint_name(step)
         self.directory.write_file(name, lambda stream: _write_sealed(state, stream),
-                                  needs=_size_of(state))
+                                  needs=size_of(state))
         # Rotation among this step and earlier ones only: a later checkpoint is another
         # run's progress (or this one's, if its restore went wrong), never ours to delete.
         for old in [earlier for earlier in self.steps() if earlier <= step][:-self.keep]:
@@ -171,10 +171,11 @@ def non_finite(state: Any) -> Optional[str]:
     return None
 
 
-def _write_sealed(state: Dict[str, Any], stream: BinaryIO) -> None:
-    """``torch.save`` ``state`` into ``stream``, then the trailer with the SHA-256 of what it
-    wrote. A full disk is raised as the ``OSError`` it is: torch's writer reports the short
-    write as an error of its own ("unexpected pos"), which says nothing of space."""
+def save_state(state: Any, stream: BinaryIO) -> "hashlib._Hash":
+    """``torch.save`` ``state`` into ``stream``; returns the SHA-256 of what it wrote. A full
+    disk is raised as the ``OSError`` it is: torch's writer reports the short write as an
+    error of its own ("[enforce fail at inline_container.cc] unexpected pos"), which says
+    nothing of space."""
     digesting = _DigestingWriter(stream)
     try:
         torch.save(state, digesting)
@@ -184,7 +185,19 @@ def _write_sealed(state: Dict[str, Any], stream: BinaryIO) -> None:
         raise
     if digesting.error is not None:  # swallowed by the writer: the archive is incomplete
         raise digesting.error
-    stream.write(SEAL_MAGIC + digesting.digest.hexdigest().encode("ascii"))
+    return digesting.digest
+
+
+def size_of(state: Any) -> int:
+    """About how many bytes ``torch.save`` writes for ``state``: its tensors' (the rest is
+    small)."""
+    return sum(tensor.numel() * tensor.element_size() for _, tensor in named_tensors(state))
+
+
+def _write_sealed(state: Dict[str, Any], stream: BinaryIO) -> None:
+    """``state`` as a checkpoint file: the archive, then the trailer with its digest."""
+    digest = save_state(state, stream)
+    stream.write(SEAL_MAGIC + digest.hexdigest().encode("ascii"))
 
 
 class _DigestingWriter:
@@ -207,12 +220,6 @@ class _DigestingWriter:
 
     def flush(self) -> None:
         self.stream.flush()
-
-
-def _size_of(state: Any) -> int:
-    """About how many bytes the checkpoint of ``state`` takes: its tensors' (the rest is
-    small)."""
-    return sum(tensor.numel() * tensor.element_size() for _, tensor in named_tensors(state))
 
 
 def _load(archive: memoryview) -> Any:

@@ -52,6 +52,15 @@ def check_state(snapshot: Any, step: int) -> None:
             _HINT)
 
 
+def check_model(state_dict: Any, step: int) -> None:
+    """Raise the run's ``DataError`` if a weight of the trained model (its state on the host)
+    holds nan or inf: ``model.pt`` and the summary are written only from numbers."""
+    name = non_finite(state_dict)
+    if name is not None:
+        raise DataError("the model trained to step {} holds nan or inf in {}: model.pt and "
+                        "summary.json are not written".format(step, name), _HINT)
+
+
 _HINT = ("lower --lr or raise --warmup_epochs, or check those steps' examples; then start "
          "over in a new --job_dir, or resume this one from a checkpoint of an earlier step "
          "(the newest may be on its way out already; a resume trusts a checkpoint only if "

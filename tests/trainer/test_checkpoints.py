@@ -10,10 +10,17 @@ import zipfile
 
 import pytest
 import torch
+from checkpoint_damage import overwrite_inside_tensor
 
 from conftest import REPO, clean_environ
-from trainer.checkpoints import (SEAL_BYTES, CheckpointStore, checkpoint_name, mismatch,
-                                 non_finite, to_cpu)
+from trainer.checkpoints import (
+    SEAL_BYTES,
+    CheckpointStore,
+    checkpoint_name,
+    mismatch,
+    non_finite,
+    to_cpu,
+)
 from trainer.errors import DataError, StorageError
 from trainer.storage import LocalDirectory
 
@@ -85,10 +92,6 @@ def test_saving_an_earlier_step_never_deletes_a_later_checkpoint(tmp_path):
 
 
 def test_a_checkpoint_that_cannot_be_read_is_a_storage_error_not_corrupt(tmp_path):
-    import pytest
-
-    from trainer.errors import StorageError
-
     store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=3)
     store.save(5, state(5))
     # An I/O error that is no "file not found" (root reads files without permissions, so a
@@ -133,25 +136,6 @@ def test_a_full_disk_while_saving_is_an_oserror_not_a_torch_error():
     with pytest.raises(OSError, match="No space left"):
         with open("/dev/full", "wb") as stream:
             torch.save(state(1), stream)
-
-
-def overwrite_inside_tensor(path, tensor_index=0, size=4096):
-    """Overwrite ``size`` bytes with 0xFF in the middle of the ``tensor_index``-th largest
-    tensor's bytes of the checkpoint at ``path`` (stored uncompressed in the archive), as a
-    flaky disk or a bad copy would; returns that record's name."""
-    with zipfile.ZipFile(str(path)) as archive:
-        records = sorted((info for info in archive.infolist() if "/data/" in info.filename),
-                         key=lambda info: -info.file_size)
-        record = records[tensor_index]
-        assert record.compress_type == zipfile.ZIP_STORED and record.file_size > 2 * size
-    with open(str(path), "r+b") as stream:
-        stream.seek(record.header_offset + 26)
-        name_length = int.from_bytes(stream.read(2), "little")
-        extra_length = int.from_bytes(stream.read(2), "little")
-        start = record.header_offset + 30 + name_length + extra_length
-        stream.seek(start + record.file_size // 2 - size // 2)
-        stream.write(b"\xff" * size)
-    return record.filename
 
 
 def big_state(step):

@@ -17,10 +17,10 @@ import time
 
 import pytest
 import torch
+from checkpoint_damage import overwrite_inside_tensor
 from mnist_files import write_mnist
 
 from conftest import REPO, clean_environ
-from test_checkpoints import overwrite_inside_tensor
 from trainer.checkpoints import SEAL_BYTES, checkpoint_name, non_finite
 from trainer.data import tar_members
 from trainer.data.shard_index import INDEX_NAME, Shard, ShardIndex

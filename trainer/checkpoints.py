@@ -1,6 +1,15 @@
 """``CheckpointStore``: numbered checkpoints in a job-dir folder, written atomically, the newest
-K kept, and the newest *valid* one loaded at start (a truncated or corrupt file is skipped with
-a warning, and the one before it used).
+K kept, and the newest *valid* one loaded at start: a file is trusted only when its bytes are the
+ones written and its state is numbers. One that fails is skipped with a warning naming it, and
+the one before it used; when every one fails the run stops (exit 65) rather than start over at
+step 0, which would throw the job's training away.
+
+The file is what ``torch.save`` writes (``torch.load`` reads it as it is) followed by a trailer,
+``SEAL_MAGIC`` and the SHA-256 of everything before it in hex (``SEAL_BYTES`` in all), hashed
+while the archive streams into its staged file: no second copy of the state in memory, and the
+atomic rename (or the one GCS upload) stays the only step that makes it visible. Files written
+before the trailer existed end with the archive itself; they are accepted with a warning, their
+state still checked finite.
 
 Two rules keep a run's work: a checkpoint that cannot be *read* (storage unavailable or
 forbidden: ``StorageError``, exit 74) stops the run instead of counting as corrupt, because
@@ -9,17 +18,27 @@ checkpoint of a later step, whatever happened before."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import math
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from trainer.errors import DataError
 from trainer.storage import Directory
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
 log = logging.getLogger("trainer.checkpoints")
+
+# The trailer after the archive: the magic, then the SHA-256 of the bytes before it in hex.
+SEAL_MAGIC = b"\ntrainer-checkpoint-sha256:"
+SEAL_BYTES = len(SEAL_MAGIC) + 64
+# A zip archive, as torch.save writes it (no comment), ends with this record of 22 bytes.
+_ZIP_END = b"PK\x05\x06"
+_ZIP_END_BYTES = 22
 
 
 def checkpoint_name(step: int) -> str:
@@ -52,7 +71,8 @@ class CheckpointStore:
         serialised straight to a file: no copy of it in memory (a bytes buffer held one, 205 MB
         for ResNet-50, while the write went on)."""
         name = checkpoint_name(step)
-        self.directory.write_file(name, lambda stream: torch.save(state, stream))
+        self.directory.write_file(name, lambda stream: _write_sealed(state, stream),
+                                  needs=size_of(state))
         # Rotation among this step and earlier ones only: a later checkpoint is another
         # run's progress (or this one's, if its restore went wrong), never ours to delete.
         for old in [earlier for earlier in self.steps() if earlier <= step][:-self.keep]:
@@ -60,9 +80,12 @@ class CheckpointStore:
         return self.uri(step)
 
     def load_latest(self) -> Optional[Tuple[int, Dict[str, Any]]]:
-        """The newest checkpoint that loads, as (step, state), or None when there is none.
-        A file whose bytes are not a checkpoint is skipped with a warning; a file that is
-        gone is skipped too; a ``StorageError`` reading one ends the run (exit 74)."""
+        """The newest checkpoint that passes, as (step, state), or None when there is none.
+        A file whose bytes differ from the digest written with it, that does not load as a
+        checkpoint, or whose state holds nan or inf is skipped with a warning; a file that is
+        gone is skipped too; a ``StorageError`` reading one ends the run (exit 74), and so
+        does a ``DataError`` (exit 65) when every checkpoint there was refused."""
+        refused = []
         for step in reversed(self.steps()):
             name = checkpoint_name(step)
             try:
@@ -70,15 +93,48 @@ class CheckpointStore:
             except FileNotFoundError:  # deleted since it was listed
                 log.warning("skipping vanished checkpoint %s", self.directory.join(name))
                 continue
-            try:
-                state = _load(data)
-                if not isinstance(state, dict) or "step" not in state:
-                    raise ValueError("not a trainer checkpoint")
+            state, problem = self._opened(name, data)
+            del data  # the bytes are not needed once loaded: one copy of the state less
+            if problem is None:
                 return step, state
-            except Exception as error:  # corrupt bytes: fall back to the previous one
-                log.warning("skipping unreadable checkpoint %s (%s: %s)",
-                            self.directory.join(name), type(error).__name__, error)
+            log.warning("skipping damaged checkpoint %s: %s", self.directory.join(name),
+                        problem)
+            refused.append("{} ({})".format(name, problem))
+        if refused:
+            raise DataError(
+                "every checkpoint in {} is damaged, so the run stops instead of starting "
+                "again at step 0: {}".format(self.directory.uri, "; ".join(refused)),
+                "restore good copies of them, or move them away to start the job over from "
+                "step 0 (its training so far is then lost)")
         return None
+
+    def _opened(self, name: str, data: bytes) -> Tuple[Any, Optional[str]]:
+        """(state, None) when ``data``, the bytes of ``name``, are a checkpoint to trust,
+        else (None, why not, in a few words)."""
+        view = memoryview(data)
+        if len(data) >= SEAL_BYTES and view[-SEAL_BYTES:-64].tobytes() == SEAL_MAGIC:
+            recorded = view[-64:].tobytes().decode("ascii", "replace")
+            archive = view[:-SEAL_BYTES]
+            if hashlib.sha256(archive).hexdigest() != recorded:
+                return None, "its bytes differ from the SHA-256 recorded when it was written"
+        elif view[-_ZIP_END_BYTES:-_ZIP_END_BYTES + 4].tobytes() == _ZIP_END:
+            archive = view
+            log.warning("checkpoint %s has no digest (written by an earlier version): its "
+                        "bytes cannot be verified, only its values checked finite",
+                        self.directory.join(name))
+        else:
+            return None, ("it ends in neither a digest nor a whole archive (truncated, or no "
+                          "checkpoint)")
+        try:
+            state = _load(archive)
+            if not isinstance(state, dict) or "step" not in state:
+                raise ValueError("not a trainer checkpoint")
+        except Exception as error:  # bytes that are no checkpoint
+            return None, "unreadable: {}: {}".format(type(error).__name__, error)
+        bad = non_finite(state)
+        if bad is not None:
+            return None, "{} holds nan or inf".format(bad)
+        return state, None
 
 
 def mismatch(model: torch.nn.Module, saved: Dict[str, Any]) -> Optional[str]:
@@ -102,11 +158,105 @@ def mismatch(model: torch.nn.Module, saved: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _load(data: bytes) -> Any:
+def non_finite(state: Any) -> Optional[str]:
+    """The name of the first floating-point tensor of ``state`` (nested dicts and lists on the
+    host) that holds nan or inf, or None when every one is finite."""
+    for name, tensor in named_tensors(state):
+        # Summed in float64, finite float32 values cannot overflow (2^128 each, at most 2^64
+        # of them, against float64's 2^1024), so the sum is finite exactly when every
+        # element is: one pass, and no mask as large as the tensor.
+        if tensor.is_floating_point() and not math.isfinite(
+                float(tensor.sum(dtype=torch.float64))):
+            return name
+    return None
+
+
+def save_state(state: Any, stream: BinaryIO) -> "hashlib._Hash":
+    """``torch.save`` ``state`` into ``stream``; returns the SHA-256 of what it wrote. A full
+    disk is raised as the ``OSError`` it is: torch's writer reports the short write as an
+    error of its own ("[enforce fail at inline_container.cc] unexpected pos"), which says
+    nothing of space."""
+    digesting = _DigestingWriter(stream)
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+        torch.save(state, digesting)
+    except RuntimeError:
+        if digesting.error is not None:
+            raise digesting.error
+        raise
+    if digesting.error is not None:  # swallowed by the writer: the archive is incomplete
+        raise digesting.error
+    return digesting.digest
+
+
+def size_of(state: Any) -> int:
+    """About how many bytes ``torch.save`` writes for ``state``: its tensors' (the rest is
+    small)."""
+    return sum(tensor.numel() * tensor.element_size() for _, tensor in named_tensors(state))
+
+
+def _write_sealed(state: Dict[str, Any], stream: BinaryIO) -> None:
+    """``state`` as a checkpoint file: the archive, then the trailer with its digest."""
+    digest = save_state(state, stream)
+    stream.write(SEAL_MAGIC + digest.hexdigest().encode("ascii"))
+
+
+class _DigestingWriter:
+    """A write-only stream that passes bytes on to ``stream`` and hashes them on the way; it
+    keeps the first ``OSError`` of ``stream`` (``error``), which torch's writer replaces."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.digest = hashlib.sha256()
+        self.error: Optional[OSError] = None
+
+    def write(self, data: Any) -> int:
+        try:
+            written = self.stream.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+        self.digest.update(data)
+        return written
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _load(archive: memoryview) -> Any:
+    """The state in the archive's bytes, read in place (no copy of them)."""
+    try:
+        return torch.load(_ReadView(archive), map_location="cpu", weights_only=False)
     except TypeError:  # torch 1.12 has no weights_only
-        return torch.load(io.BytesIO(data), map_location="cpu")
+        return torch.load(_ReadView(archive), map_location="cpu")
+
+
+class _ReadView(io.RawIOBase):
+    """A read-only, seekable stream over a ``memoryview``."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self.view, self.position = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        chunk = self.view[self.position:self.position + len(target)]
+        target[:len(chunk)] = chunk
+        self.position += len(chunk)
+        return len(chunk)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: len(self.view)}
+        self.position = max(0, base[whence] + offset)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
 
 
 # Copies a list of tensors to the CPU, in order (``to_cpu``).

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 
-from trainer import storage
+from trainer import scratch, storage
 from trainer.config import FLAGS, TrainConfig, config_from_flags, normalize_argv
 from trainer.errors import EX_USAGE, TrainerError
 from trainer.outputs import OutputPaths
@@ -92,10 +92,11 @@ def exit_process(code: int) -> None:
     """End the trainer process with ``code`` once ``main`` has returned: flush the log and the
     standard streams, then leave without the interpreter's teardown. With torch_xla loaded
     that teardown takes about a second and has nothing left to do: every output was written
-    and closed before ``main`` returned."""
+    and closed before ``main`` returned; what it would delete in ``$TMPDIR`` is deleted here."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
+    scratch.remove_library_folders()
     os._exit(code)
 
 

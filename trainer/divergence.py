@@ -20,9 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
-from trainer.checkpoints import named_tensors
+from trainer.checkpoints import non_finite
 from trainer.errors import DataError
 from trainer.loop import LoopState
 
@@ -46,19 +44,25 @@ def check_loss(state: LoopState, total: float, step: int) -> None:
 def check_state(snapshot: Any, step: int) -> None:
     """Raise the run's ``DataError`` if a floating-point tensor of ``snapshot`` (a
     checkpoint's state on the host, nested dicts and lists) holds nan or inf."""
-    for name, tensor in named_tensors(snapshot):
-        # Summed in float64, finite float32 values cannot overflow (2^128 each, at most 2^64
-        # of them, against float64's 2^1024), so the sum is finite exactly when every
-        # element is: one pass, and no mask as large as the tensor.
-        if tensor.is_floating_point() and not math.isfinite(
-                float(tensor.sum(dtype=torch.float64))):
-            raise DataError(
-                "the checkpoint of step {} is not written: {} holds nan or inf, though the "
-                "training loss was finite so far (a gradient overflowed)".format(step, name),
-                _HINT)
+    name = non_finite(snapshot)
+    if name is not None:
+        raise DataError(
+            "the checkpoint of step {} is not written: {} holds nan or inf, though the "
+            "training loss was finite so far (a gradient overflowed)".format(step, name),
+            _HINT)
+
+
+def check_model(state_dict: Any, step: int) -> None:
+    """Raise the run's ``DataError`` if a weight of the trained model (its state on the host)
+    holds nan or inf: ``model.pt`` and the summary are written only from numbers."""
+    name = non_finite(state_dict)
+    if name is not None:
+        raise DataError("the model trained to step {} holds nan or inf in {}: model.pt and "
+                        "summary.json are not written".format(step, name), _HINT)
 
 
 _HINT = ("lower --lr or raise --warmup_epochs, or check those steps' examples; then start "
          "over in a new --job_dir, or resume this one from a checkpoint of an earlier step "
-         "(every checkpoint written holds finite weights, but the newest may be on its way "
-         "out already)")
+         "(the newest may be on its way out already; a resume trusts a checkpoint only if "
+         "its values are finite and its bytes match the digest written with it, or, written "
+         "before digests were, only the former)")

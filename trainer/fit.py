@@ -24,6 +24,7 @@ from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
 from trainer.config import TrainConfig, parse_profile_steps
+from trainer.divergence import check_model
 from trainer.errors import Preempted
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
 from trainer.optim import build_optimizer
@@ -125,7 +126,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                     checkpoints.abandon()
                 outputs.flush()
                 cache.save()
-        outputs.save_model(to_cpu(model.state_dict(), xla.to_host))
+        trained = to_cpu(model.state_dict(), xla.to_host)
+        check_model(trained, state.global_step)  # model.pt and the summary: numbers only
+        outputs.save_model(trained)
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
                             spec.data.batch_size, accuracy, counts, started, cache.report(),
                             PhaseTimes(run.eval_seconds, checkpoints.seconds))

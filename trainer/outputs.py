@@ -38,6 +38,7 @@ import torch
 
 from trainer import scratch
 from trainer.checkpoint_writer import BackgroundWriter
+from trainer.checkpoints import save_state, size_of
 from trainer.errors import EX_USAGE, StorageError, TrainerError
 from trainer.restart import resume_command
 from trainer.storage import Directory, open_dir
@@ -256,7 +257,8 @@ class RunOutputs:
 
     def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
         if self.model_dir is not None:
-            self.model_dir.write_file(MODEL, lambda stream: torch.save(state_dict, stream))
+            self.model_dir.write_file(MODEL, lambda stream: save_state(state_dict, stream),
+                                      needs=size_of(state_dict))
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         if self.model_dir is not None:

@@ -88,6 +88,10 @@ class RunCheckpoints:
         total = float(saved.get("loss_total", 0.0))
         state.loss_total = xla.device_number(total, self.steps.device)
         torch.set_rng_state(saved["torch_rng"])
+        # That step is saved already: a stop before the next one, or the epoch's end a stop
+        # at its last step left to do, writes nothing (it rewrote the same state, 205 MB for
+        # ResNet-50, inside the grace window).
+        self.saved_step = state.global_step
         log.info("resumed from %s: epoch %d, step %d", self.store.uri(step), state.epoch + 1,
                  state.global_step)
         return total
@@ -145,9 +149,14 @@ class RunCheckpoints:
         the run stops once it is durable). ``outputs`` are uploaded first by the same write (its
         uploads share the writer: ``fit``), so the metrics up to this step are durable before
         the checkpoint is. Every process of a slice calls it at the same step; only
-        the writer writes."""
+        the writer writes. A step saved already (or restored from) is not written again:
+        this waits for its write, when ``wait``, and returns where it is."""
         if self.store is None:
             return None
+        if self.saved_step == state.global_step:
+            if wait:
+                self.finish()
+            return self.store.uri(state.global_step)
         started = time.perf_counter()
         xla.sync()  # cut the step graph as the loader would, so the reads below compile nothing
         # Every process reads the same replicated loss: a diverged run stops on all of them.
@@ -194,12 +203,8 @@ class RunCheckpoints:
 
     def save_final(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
         """The checkpoint of ``state``, durable when this returns (SIGTERM): the one already
-        saved at this step once its write has finished, else a new one written now."""
-        if self.store is not None and self.saved_step == state.global_step:
-            started = time.perf_counter()
-            self.writer.wait()
-            self.seconds += time.perf_counter() - started
-            return self.store.uri(state.global_step)
+        saved (or restored from) at this step once its write has finished, else a new one
+        written now."""
         return self.save(state, outputs, wait=True)
 
     def finish(self) -> None:

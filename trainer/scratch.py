@@ -12,6 +12,7 @@ import fcntl
 import glob
 import os
 import shutil
+import sys
 import tempfile
 from typing import Dict
 
@@ -19,6 +20,12 @@ PREFIX = "trainer-"
 _OWNER = ".owner.lock"
 _MAKING = ".trainer-making-"
 _held: Dict[str, int] = {}  # folder -> the descriptor whose flock holds it
+
+# Folders that a library makes in $TMPDIR as it is imported and deletes in an ``atexit``
+# handler, which the trainer's ``os._exit`` skips (``cli.exit_process``): (module, the name
+# of its attribute that holds the folder's path). torch.distributed, which torch_xla imports,
+# keeps its generated ``_remote_module_non_scriptable.py`` in one: a folder a run, exit 0 too.
+_LIBRARY_FOLDERS = (("torch.distributed.nn.jit.instantiator", "INSTANTIATED_TEMPLATE_DIR_PATH"),)
 
 
 def folder(kind: str) -> str:
@@ -61,3 +68,20 @@ def remove_stale() -> None:
         finally:
             os.close(owner)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_library_folders() -> None:
+    """Delete the $TMPDIR folders of the libraries this process imported (``_LIBRARY_FOLDERS``),
+    for a process about to end without running ``atexit`` handlers; and torch's compile cache
+    folder there (``torchinductor_USER``, made during the run), if it is empty: one that holds
+    something is a cache that later runs share, left as it is."""
+    for module_name, attribute in _LIBRARY_FOLDERS:
+        path = getattr(sys.modules.get(module_name), attribute, None)
+        if isinstance(path, str) and path:
+            shutil.rmtree(path, ignore_errors=True)
+    inductor = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    if inductor is not None:
+        try:
+            os.rmdir(inductor.default_cache_dir())
+        except OSError:  # not there, or not empty
+            pass

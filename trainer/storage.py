@@ -24,6 +24,7 @@ propagated) for its first seconds.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 import time
@@ -62,20 +63,29 @@ class Directory:
         raise NotImplementedError
 
     def write_file(self, name: str, produce: Callable[[BinaryIO], None],
-                   overwrite: bool = True) -> None:
+                   overwrite: bool = True, needs: int = 0) -> None:
         """Make ``name`` hold what ``produce(stream)`` writes into ``stream``, a local file
         open for binary writing, as atomically as ``write_bytes``: for content too large to
         hold in memory twice (a checkpoint is serialised straight to disk, and a GCS upload
         reads it from there in chunks). An ``OSError`` on the way is a ``StorageError``; the
-        staged file is always removed."""
+        staged file is always removed. A full disk says how much was free where the file was
+        staged and, given ``needs`` (about how many bytes it takes), what it needed."""
         try:
             with self._staged(name) as stream:
                 produce(stream)
                 stream.flush()
                 self._place(stream, name, overwrite)
         except OSError as error:
+            if error.errno == errno.ENOSPC:  # measured once the staged part is gone again
+                raise StorageError("cannot write {}: {}".format(
+                    self.join(name), _no_space(self._staging_folder(name), needs)),
+                    self._write_hint())
             raise StorageError("cannot write {}: {}".format(
                 self.join(name), error.strerror or error), self._write_hint())
+
+    def _staging_folder(self, name: str) -> str:
+        """The local folder where ``write_file`` stages ``name``."""
+        raise NotImplementedError
 
     def _staged(self, name: str) -> ContextManager[BinaryIO]:
         """A new empty local file, open for reading and writing, where ``write_file`` stages
@@ -169,6 +179,9 @@ class LocalDirectory(Directory):
                 yield stream
         finally:
             _remove_quietly(path)  # still there unless placed
+
+    def _staging_folder(self, name: str) -> str:
+        return os.path.dirname(os.path.join(self.path, name))
 
     def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
         target = os.path.join(self.path, name)
@@ -300,6 +313,9 @@ class GcsDirectory(Directory):
         # closed, also when a kill -9 ends the process mid-write or mid-upload.
         with tempfile.TemporaryFile(prefix=_TMP_PREFIX) as stream:
             yield stream
+
+    def _staging_folder(self, name: str) -> str:
+        return tempfile.gettempdir()
 
     def _place(self, staged: BinaryIO, name: str, overwrite: bool) -> None:
         size = staged.seek(0, os.SEEK_END)
@@ -567,6 +583,22 @@ def _files_under(local_path: str) -> List[Tuple[str, str]]:
 def _joined(name: str, relative: str) -> str:
     """``name/relative``, where either may be empty (the folder itself, or one file)."""
     return "/".join(part for part in (name.rstrip("/"), relative) if part)
+
+
+def _no_space(folder: str, needs: int) -> str:
+    """A full disk in a few words: what was free in ``folder`` and, if known (``needs``
+    bytes), what the file needed."""
+    try:
+        stats = os.statvfs(folder)
+        free = "{} free in {}".format(_megabytes(stats.f_bavail * stats.f_frsize), folder)
+    except OSError:
+        free = "free space in {} unknown".format(folder)
+    return "no space left on device ({}{})".format(
+        free, "; it needs about {}".format(_megabytes(needs)) if needs else "")
+
+
+def _megabytes(size: int) -> str:
+    return "{:.1f} MB".format(size / 1e6)
 
 
 def _fsync(path: str) -> None:

@@ -1,6 +1,7 @@
 """trainer.divergence: a run whose training loss turns nan or inf stops with one line naming
 the steps and exit 65, and writes no checkpoint from then on, whether the progress line or a
-checkpoint reads the loss first; a checkpoint whose state holds nan or inf is not written."""
+checkpoint reads the loss first; a checkpoint whose state holds nan or inf is not written, nor
+a model.pt."""
 
 import json
 import math
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from conftest import REPO, clean_environ
-from trainer.divergence import check_loss, check_state
+from trainer.divergence import check_loss, check_model, check_state
 from trainer.errors import EX_DATAERR, DataError
 from trainer.loop import LoopState
 
@@ -39,6 +40,20 @@ def test_a_state_with_nan_or_inf_names_the_tensor_and_integers_are_not_looked_at
     with pytest.raises(DataError, match=r"^the checkpoint of step 7 is not written: "
                                         r"optimizer\.state\.0\.momentum_buffer holds nan or inf"):
         check_state(snapshot, 7)
+
+
+def test_a_trained_model_with_nan_is_not_written_and_the_hint_claims_no_finite_checkpoint():
+    weights = {"fc.weight": torch.ones(2, 2), "fc.bias": torch.zeros(2)}
+    check_model(weights, 9)
+    weights["fc.bias"][1] = math.nan
+    with pytest.raises(DataError) as raised:
+        check_model(weights, 9)
+    assert raised.value.message == ("the model trained to step 9 holds nan or inf in fc.bias: "
+                                    "model.pt and summary.json are not written")
+    # A resumed state came from a file, which the hint used to vouch for ("every checkpoint
+    # written holds finite weights") while a damaged one had just been restored.
+    assert "holds finite weights" not in raised.value.hint
+    assert "its bytes match the digest written with it" in raised.value.hint
 
 
 def diverging_mnist(job, *args):

@@ -2,15 +2,24 @@
 set's identity: shard names, counts and checksums from the index), and a resume on another
 shard set (the same images re-made with another ``make_shards --seed``) is refused with one
 line and a hint (exit 65) before anything trains or is overwritten: never a silent mix of
-two orders, with some examples trained twice and others never."""
+two orders, with some examples trained twice and others never. A run resumed from the
+checkpoint of step N never writes step N again: not on a SIGTERM before its first step, not
+at the end of an epoch a stop left with nothing more to train."""
 
+import logging
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO, clean_environ, make_image_folder
+from trainer.batches import TensorSource
+from trainer.checkpoints import checkpoint_name
 from trainer.data.make_shards import convert
 
 RUN = ["--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=0",
@@ -80,3 +89,93 @@ def test_a_class_folder_run_resumed_on_other_files_is_refused(tmp_path):
     assert "was trained on 16 training examples in class-folder files (digest " in error
     assert "--data_dir holds 17 training examples in class-folder files" in error
     assert "Traceback" not in files.stderr
+
+
+# --- No checkpoint is written again for the step a run resumed from -------------------------
+
+class _SigtermBeforeFirstBatch(TensorSource):
+    """Digits whose training receives SIGTERM while the run waits for its first batch, as a
+    Spot VM's notice might reach a resumed run whose input is slow to start."""
+
+    def train_batches(self, epoch, start_step=0):
+        os.kill(os.getpid(), signal.SIGTERM)
+        yield from super().train_batches(epoch, start_step)
+
+
+def _digits(source=TensorSource):
+    generator = torch.Generator().manual_seed(4)
+    return source(torch.randn(48, 1, 28, 28, generator=generator), torch.randint(0, 10, (48,)),
+                  torch.randn(16, 1, 28, 28, generator=generator), torch.randint(0, 10, (16,)),
+                  batch_size=16, eval_batch_size=8)
+
+
+def _mnist(job, data, epochs):
+    from trainer import mnist
+    from trainer.config import TrainConfig
+    from trainer.outputs import OutputPaths
+
+    config = TrainConfig(data_dir="unused", num_epochs=epochs, batch_size=16, eval_batch_size=8,
+                         log_steps=1)
+    return mnist.run(config, data_override=data, paths=OutputPaths.resolve(str(job), {}))
+
+
+def _written(path):
+    """What tells one write of ``path`` from another: a write is a new file renamed over it."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, path.read_bytes()
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    from trainer import stop_signal
+
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setattr(stop_signal, "_received", None)  # restored after the test
+
+
+def test_a_sigterm_before_a_resumed_runs_first_batch_rewrites_nothing(tmp_path, in_process,
+                                                                       caplog):
+    from trainer.errors import Preempted
+
+    _mnist(tmp_path, _digits(), epochs=1)  # steps 1-3, checkpointed at the epoch's end
+    saved = tmp_path / "checkpoints" / checkpoint_name(3)
+    before = _written(saved)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="trainer")
+    with pytest.raises(Preempted) as raised:
+        _mnist(tmp_path, _digits(_SigtermBeforeFirstBatch), epochs=2)
+    assert raised.value.exit_code == 143
+    assert raised.value.message == "stopped by SIGTERM at step 3; checkpoint {}".format(saved)
+    # It was written again (the same state): 205 MB for ResNet-50 inside the grace window.
+    assert _written(saved) == before
+    logged = caplog.text
+    assert "resumed from {}: epoch 2, step 3".format(saved) in logged
+    assert not re.search(r"resume.py:\d+ checkpoint \S", logged), logged
+    assert os.listdir(str(saved.parent)) == [saved.name]
+
+
+def test_a_resume_from_a_stop_after_an_epochs_last_step_rewrites_nothing(tmp_path, in_process,
+                                                                          caplog):
+    from trainer.checkpoints import CheckpointStore
+    from trainer.storage import LocalDirectory
+
+    _mnist(tmp_path, _digits(), epochs=1)
+    # What a SIGTERM read after epoch 1's last step leaves (``fit``: the stop is raised before
+    # the epoch is counted done): step 3, epoch 0 at its step 3 of 3.
+    store = CheckpointStore(LocalDirectory(str(tmp_path / "checkpoints")))
+    step, state = store.load_latest()
+    state.update(epoch=0, step_in_epoch=3)
+    store.save(step, state)
+    saved = tmp_path / "checkpoints" / checkpoint_name(3)
+    before = _written(saved)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="trainer")
+    summary = _mnist(tmp_path, _digits(), epochs=2)
+    logged = caplog.text
+    assert summary["global_step"] == 6
+    assert "resumed from {}: epoch 1, step 3".format(saved) in logged
+    # Epoch 1 ends at once (nothing left to train in it), then epoch 2 trains steps 4-6: it
+    # was step 3 that was written again, at epoch 1's end.
+    assert _written(saved) == before, logged
+    assert re.findall(r"resume.py:\d+ checkpoint (\S+)", logged) == [
+        str(saved.parent / checkpoint_name(6))]

@@ -1,7 +1,9 @@
 """The trainers as processes, as the launcher execs them: bad flags and data give one-line
 errors with their exit codes; SIGTERM checkpoints and exits 143; kill -9 at any instant
 (including during a checkpoint write) loses nothing, and the run resumes with a continuous
-step count; a truncated newest checkpoint is skipped."""
+step count; a truncated newest checkpoint is skipped, and so is one with 4 KB of a tensor
+overwritten, the one before it used; when every one is damaged the run stops (exit 65). No run
+leaves anything in ``$TMPDIR``, however it ends."""
 
 import io
 import json
@@ -15,10 +17,11 @@ import time
 
 import pytest
 import torch
+from checkpoint_damage import overwrite_inside_tensor
 from mnist_files import write_mnist
 
 from conftest import REPO, clean_environ
-from trainer.checkpoints import checkpoint_name
+from trainer.checkpoints import SEAL_BYTES, checkpoint_name, non_finite
 from trainer.data import tar_members
 from trainer.data.shard_index import INDEX_NAME, Shard, ShardIndex
 
@@ -168,9 +171,89 @@ def test_truncated_newest_checkpoint_is_skipped(tmp_path):
     newest.write_bytes(newest.read_bytes()[:1000])
     returncode, out, err = finish(trainer("trainer.mnist", "--num_epochs=3", *args))
     assert returncode == 0, err
-    assert "skipping unreadable checkpoint" in out + err
+    assert "skipping damaged checkpoint" in out + err
     assert "resumed from {}".format(job / "checkpoints" / checkpoint_name(5)) in out
     assert metric_steps(job) == [5, 10, 15]
+
+def test_a_tensor_damaged_in_the_last_checkpoint_is_skipped_and_the_model_is_finite(tmp_path):
+    # The issue's case: the run's last checkpoint with 4 KB of 0xFF inside one tensor loaded
+    # as nan, the resume had nothing left to train, and model.pt held nan (exit 0).
+    job, scratch = tmp_path / "job", tmp_path / "tmp"
+    scratch.mkdir()
+    args = ["--fake_data", "--num_epochs=1", "--num_steps=6", "--checkpoint_steps=2",
+            "--keep_checkpoints=5", "--log_steps=2", "--batch_size=32", "--job_dir=" + str(job)]
+    environ = {"TMPDIR": str(scratch)}
+    returncode, _, err = finish(trainer("trainer.mnist", *args, environ=environ))
+    assert returncode == 0, err
+    folder = job / "checkpoints"
+    assert sorted(os.listdir(str(folder))) == [checkpoint_name(step) for step in (2, 4, 6)]
+    last, before = folder / checkpoint_name(6), folder / checkpoint_name(4)
+    overwrite_inside_tensor(last)
+    before.write_bytes(before.read_bytes()[:-SEAL_BYTES])  # as versions before the digest wrote
+    returncode, out, err = finish(trainer("trainer.mnist", *args, environ=environ))
+    assert returncode == 0, err
+    logged = out + err
+    assert ("skipping damaged checkpoint {}: its bytes differ from the SHA-256 recorded when "
+            "it was written".format(last)) in logged
+    assert "checkpoint {} has no digest".format(before) in logged
+    assert "resumed from {}: epoch 1, step 4".format(before) in logged
+    model = torch.load(str(job / "model.pt"), weights_only=False)
+    assert non_finite(model) is None
+    assert non_finite(torch.load(str(last), weights_only=False)) is None  # steps 5-6 again
+    assert metric_steps(job) == [2, 4, 6]
+    assert os.listdir(str(scratch)) == []
+
+    # Every checkpoint damaged: one line naming them, exit 65, nothing written or deleted.
+    for step in (2, 4, 6):
+        overwrite_inside_tensor(folder / checkpoint_name(step))
+    contents = {path.name: path.read_bytes() for path in folder.iterdir()}
+    returncode, _, err = finish(trainer("trainer.mnist", *args, environ=environ))
+    line = one_line_error(err, 65, returncode)
+    assert line.startswith("DataError: every checkpoint in {} is damaged, so the run stops "
+                           "instead of starting again at step 0: ".format(folder)), line
+    assert all(name in line for name in contents)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == contents
+    assert os.listdir(str(scratch)) == []
+
+
+def stopped_by(signal_number, job, environ):
+    """MNIST on fake data into ``job``, sent ``signal_number`` once it logged step 4."""
+    process = trainer("trainer.mnist", "--fake_data", "--log_steps=2", "--num_steps=40",
+                      "--job_dir=" + str(job), environ=environ)
+    try:
+        wait_for_line(process, "step 4/")
+        process.send_signal(signal_number)
+        return finish(process, 120)
+    finally:
+        process.kill()
+
+
+TMPDIR_ENDINGS = {
+    0: lambda job, environ: finish(trainer("trainer.mnist", "--fake_data", "--num_steps=2",
+                                           "--job_dir=" + str(job), environ=environ)),
+    143: lambda job, environ: stopped_by(signal.SIGTERM, job, environ),
+    130: lambda job, environ: stopped_by(signal.SIGINT, job, environ),
+    # A checkpoint of another model: the run ends before its first step.
+    65: lambda job, environ: (job / "checkpoints").mkdir(parents=True) or torch.save(
+        {"step": 7, "model": torch.nn.Linear(3, 2).state_dict()},
+        str(job / "checkpoints" / checkpoint_name(7))) or finish(
+            trainer("trainer.mnist", "--fake_data", "--job_dir=" + str(job), environ=environ)),
+    74: lambda job, environ: (job / "metrics.jsonl").mkdir(parents=True) or finish(
+        trainer("trainer.mnist", "--fake_data", "--num_steps=2", "--job_dir=" + str(job),
+                environ=environ)),
+}
+
+
+@pytest.mark.parametrize("code", sorted(TMPDIR_ENDINGS))
+def test_a_run_leaves_nothing_in_tmpdir_however_it_ends(tmp_path, code):
+    # torch.distributed (torch_xla imports it) makes a folder there for its generated
+    # _remote_module_non_scriptable.py and deletes it at exit, which os._exit skips: one
+    # folder a run, 43 after 43 runs.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    returncode, _, err = TMPDIR_ENDINGS[code](tmp_path / "job", {"TMPDIR": str(scratch)})
+    assert returncode == code, err
+    assert os.listdir(str(scratch)) == []
 
 # --- ImageNet's data errors, raised in its data workers or not -------------------------------
 

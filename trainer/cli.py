@@ -115,19 +115,34 @@ def parse_config(argv: List[str], flag_values: Any = FLAGS) -> TrainConfig:
 
 
 def _configure_storage(environ: Mapping[str, str]) -> None:
-    """``TRAINER_GCS_RETRY_DEADLINE``: seconds one GCS operation keeps retrying."""
-    text = environ.get("TRAINER_GCS_RETRY_DEADLINE", "").strip()
+    """``TRAINER_GCS_RETRY_DEADLINE``: seconds one GCS operation keeps retrying (positive);
+    ``TRAINER_GCS_REFUSAL_RETRY``: seconds after a process's first GCS request in which a
+    refusal (401/403, a missing bucket) is still retried (0: final at once)."""
+    deadline = _seconds(environ, "TRAINER_GCS_RETRY_DEADLINE", "300", zero_allowed=False)
+    if deadline is not None:
+        storage.RETRY_DEADLINE_S = deadline
+    refusal = _seconds(environ, "TRAINER_GCS_REFUSAL_RETRY", "20", zero_allowed=True)
+    if refusal is not None:
+        storage.REFUSAL_RETRY_S = refusal
+
+
+def _seconds(environ: Mapping[str, str], name: str, example: str,
+             zero_allowed: bool) -> Optional[float]:
+    """The finite number of seconds in ``environ[name]``, None when unset or empty; anything
+    else (a word, nan, inf, a negative number, zero where ``zero_allowed`` is False) is a
+    ``TrainerError`` (exit 64) naming the variable."""
+    text = environ.get(name, "").strip()
     if not text:
-        return
+        return None
     try:
         seconds = float(text)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise TrainerError("TRAINER_GCS_RETRY_DEADLINE={!r} is not a positive number of "
-                           "seconds".format(text), "e.g. TRAINER_GCS_RETRY_DEADLINE=300",
-                           EX_USAGE)
-    storage.RETRY_DEADLINE_S = seconds
+    if not (0 <= seconds if zero_allowed else 0 < seconds) or seconds == float("inf"):
+        raise TrainerError("{}={!r} is not a {} number of seconds".format(
+            name, text, "non-negative" if zero_allowed else "positive"),
+            "e.g. {}={}".format(name, example), EX_USAGE)
+    return seconds
 
 
 def _configure_shared_memory(environ: Mapping[str, str]) -> None:

@@ -80,11 +80,13 @@ RUN = ["--fake_data", "--num_epochs=1", "--num_steps=60", "--checkpoint_steps=10
 def start(job, proxy, tmp_path, run=RUN):
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
+    # TRAINER_GCS_REFUSAL_RETRY=0: a refusal is final at once, so when a refused write is
+    # reported does not depend on how many steps fit in a new pod's grace for refusals.
     return subprocess.Popen(
         [sys.executable, "-m", "trainer.mnist"] + run + ["--job_dir=" + job], cwd=str(REPO),
         env=clean_environ(PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url,
-                          TRAINER_GCS_RETRY_DEADLINE="60", HOME=str(tmp_path),
-                          TMPDIR=str(scratch)),
+                          TRAINER_GCS_RETRY_DEADLINE="60", TRAINER_GCS_REFUSAL_RETRY="0",
+                          HOME=str(tmp_path), TMPDIR=str(scratch)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

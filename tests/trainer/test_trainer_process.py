@@ -54,12 +54,20 @@ def test_help_prints_the_flags_and_exits_0():
     assert returncode == 0, err
     assert out.startswith("ImageNet") and "--model:" in out and "Error" not in err
 
-@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
-def test_bad_gcs_retry_deadline_is_a_usage_error(value):
-    returncode, _, err = finish(trainer("trainer.mnist", "--fake_data",
-                                        environ={"TRAINER_GCS_RETRY_DEADLINE": value}))
+@pytest.mark.parametrize("name, value, kind", [
+    ("TRAINER_GCS_RETRY_DEADLINE", "soon", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "0", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "-5", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "inf", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "nan", "positive"),
+    ("TRAINER_GCS_REFUSAL_RETRY", "-1", "non-negative"),
+    ("TRAINER_GCS_REFUSAL_RETRY", "nan", "non-negative"),
+    ("TRAINER_GCS_REFUSAL_RETRY", "inf", "non-negative"),
+])
+def test_bad_gcs_retry_seconds_are_a_usage_error(name, value, kind):
+    returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", environ={name: value}))
     assert returncode == 64, err
-    assert "TRAINER_GCS_RETRY_DEADLINE={!r} is not a positive number".format(value) in err
+    assert "{}={!r} is not a {} number".format(name, value, kind) in err
 
 @pytest.mark.parametrize("train_examples, args, code, text", [
     (0, [], 65, "train-images-idx3-ubyte holds no examples"),

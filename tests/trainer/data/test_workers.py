@@ -138,7 +138,9 @@ def test_this_host_takes_the_quota_below_the_affinity_and_the_smaller_memory(tmp
     assert "(MemTotal)" in host.why
 
 
-def test_the_start_up_line_says_the_choice(caplog):
+def test_the_start_up_line_says_the_choice(caplog, monkeypatch):
+    # configure_logging (plan.main in this process) may have cleared it
+    monkeypatch.setattr(logging.getLogger("trainer"), "propagate", True)
     with caplog.at_level(logging.INFO, logger="trainer"):
         count = workers.resolve_workers(-1, shape(1))
     assert count == choose(workers.this_host(), plan.data_memory(

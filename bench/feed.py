@@ -1,19 +1,22 @@
 """The input stream at a host's size, against a step (run: make bench, or python bench/feed.py
-[--workers 1,3,7] [--per-class N] [--batch N] [--epochs N] [--max-side N] [--step-ms MS]).
+[--workers 1,3,7] [--per-class N] [--batch N] [--epochs N] [--max-shorter-side N]
+[--step-ms MS]).
 
 Runs from a plain checkout with torch, Pillow and numpy (torchvision for the reference
 pipeline and the GPU model; no torch_xla; no network given scikit-image's wheel,
 ``--photo-wheel``, which ``tests/photos.py`` keeps in ``.venv/photo-sources``): it makes its
 own photographs
 (``tests/photos.py``: 8 classes, about 370x350 px) and their shards (``make_shards``; with
-``--max-side`` a second set, stored at most that on the shorter side), then reports:
+``--max-shorter-side`` a second set, stored at most that on the shorter side), then reports:
 
 1. **Supply**: training images/s the real stream (``ShardSource``, the trainer's data source)
    delivers when drawn flat out (from the second epoch on, evaluations included), by data
-   worker count (default 1, half and all of cores - 1); with ``--max-side``, also from the
+   worker count (default 1, half and all of cores - 1); with ``--max-shorter-side``, also from the
    smaller images' shards, and the ratio.
 2. **Fed**: the stream (with the most workers) feeding a step, epochs with their evaluations:
-   the share of the supply that reaches the step (its images/s fed over the supply), the
+   the images/s that reach the step, over the supply measured at the same batch (the GPU
+   step's ``--gpu-batch`` has a supply of its own, measured before it) and over what the
+   step alone asks (its images over its own time), the
    step's busy share per epoch after the first (its step time over the epoch's wall time,
    the boundary and the evaluation included), the longest wait for a batch after the first
    epoch and where it fell,
@@ -213,44 +216,65 @@ def timed(batches: Iterable) -> Iterator[Tuple[float, object]]:
 
 
 def fed(epochs: Epochs, step, count: int) -> Dict[str, object]:
-    """``count`` epochs and their evaluations through ``step``; the figures of ``fed``."""
+    """``count`` epochs and their evaluations through ``step``; the figures of ``fed``. Over
+    the epochs after the first (the first starts the workers), as ``supply`` counts: ``fed``
+    the training images/s that reached the step (their wall time, boundaries and evaluations
+    included), ``demand`` the images/s the step alone asks (the training images over the
+    training steps' own time)."""
     trainer_before = cpu_seconds(resource.RUSAGE_SELF)
     workers_before = cpu_seconds(resource.RUSAGE_CHILDREN)
     busy_shares, longest, images = [], (0.0, ""), 0
+    counted = wall = stepping = 0.0
     for epoch in range(count):
-        started, busy = time.perf_counter(), 0.0
+        started, busy, trained = time.perf_counter(), 0.0, 0.0
         for number, (waited, (x, y)) in enumerate(timed(epochs.train(epoch))):
             if epoch:  # the first epoch's first wait is the workers' start
                 longest = max(longest, (waited, "epoch {} step {}{}".format(
                     epoch, number, " (its first: the boundary)" if number == 0 else "")))
-            busy += step.train(x, y)
+            took = step.train(x, y)
+            busy, trained = busy + took, trained + took
             images += len(x)
+            counted += len(x) if epoch else 0
         for number, (waited, (x, y)) in enumerate(timed(epochs.evaluation(epoch))):
             if epoch:
                 longest = max(longest, (waited, "evaluation {} step {}".format(epoch, number)))
             busy += step.evaluate(x, y)
-        busy_shares.append(busy / (time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        busy_shares.append(busy / seconds)
+        if epoch:
+            wall, stepping = wall + seconds, stepping + trained
     epochs.close()
     return {"busy": busy_shares[1:], "longest": longest, "images": images,
+            "fed": counted / wall if wall else 0.0,
+            "demand": counted / stepping if stepping else 0.0,
             "trainer_ms": 1000 * (cpu_seconds(resource.RUSAGE_SELF) - trainer_before) / images,
             "workers_ms": 1000 * (cpu_seconds(resource.RUSAGE_CHILDREN) - workers_before)
             / images}
 
 
-def report(name: str, figures: Dict[str, object], supplied: float, batch: int,
-           step_seconds: float) -> None:
+def reached(figures: Dict[str, object], supplied: float, batch: int) -> str:
+    """What reached the step against the supply measured at the same ``batch`` and against
+    what the step alone asks: the share of the supply is the host's side (1.0: every image
+    the workers can make is trained on), the share of the demand the device's (1.0: the step
+    never waits)."""
+    return ("reached the step {:.0f} images/s: {:.0%} of the supply at batch {} ({:.0f} "
+            "images/s), {:.0%} of what the step alone asks ({:.0f} images/s)".format(
+                figures["fed"], figures["fed"] / supplied, batch, supplied,
+                figures["fed"] / figures["demand"] if figures["demand"] else 0.0,
+                figures["demand"]))
+
+
+def report(name: str, figures: Dict[str, object], supplied: float, batch: int) -> None:
+    """The fed line; ``supplied`` must be the supply measured at ``batch``."""
     busy = figures["busy"]
     waited, where = figures["longest"]
-    demand = batch / step_seconds if step_seconds else 0
     print("  {}: busy {} per epoch after the first (boundary and evaluation included); "
           "longest wait {:.0f} ms at {}; trainer process {:.3f} ms CPU per training image, "
-          "its workers {:.3f} ms ({:.0%}){}".format(
+          "its workers {:.3f} ms ({:.0%}); {}".format(
               name, ", ".join("{:.0%}".format(share) for share in busy), 1000 * waited, where,
               figures["trainer_ms"], figures["workers_ms"],
               figures["trainer_ms"] / max(figures["workers_ms"], 1e-9),
-              "; passes on {:.0%} of the supply ({:.0f} of {:.0f} images/s asked)".format(
-                  min(busy) * demand / supplied, min(busy) * demand, demand)
-              if demand and busy else ""))
+              reached(figures, supplied, batch)))
 
 
 def main() -> None:
@@ -266,8 +290,9 @@ def main() -> None:
     parser.add_argument("--long-side", type=int, default=0, help="photographs of this long "
                         "side at JPEG quality 90 (500: the issue's set, about 480x450 px; "
                         "default: tests/photos.py's 300-500 px)")
-    parser.add_argument("--max-side", type=int, default=0,
-                        help="also measure the supply from shards made with --max_side=N")
+    parser.add_argument("--max-shorter-side", "--max-side", dest="max_side", type=int,
+                        default=0, help="also measure the supply from shards made with "
+                        "make_shards --max_shorter_side=N (--max-side: the old name)")
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="the stand-in step (default: what the supply takes for a batch)")
     parser.add_argument("--rounds", type=int, default=1, help="supply: rounds (medians)")
@@ -288,11 +313,12 @@ def main() -> None:
               "{} at {} px, batch {}, {} epochs; {:.0f} bytes per training image{}".format(
                   cores, threads.intra_op, threads.inter_op, shards, SIZE, args.batch,
                   args.epochs, image_bytes(shards), "" if smaller is None else
-                  " ({:.0f} with --max_side={})".format(image_bytes(smaller), args.max_side)))
+                  " ({:.0f} with --max_shorter_side={})".format(image_bytes(smaller),
+                                                                 args.max_side)))
         has_reference = reference_epochs(tree, args.batch, 0) is not None
         if not has_reference:
             print("reference pipeline: skipped (torchvision is not installed)")
-        supplied = {}
+        supplied, reference_supplied = {}, {}
         for workers in counts:
             sources = {"stream": functools.partial(stream_epochs, shards, args.batch, workers)}
             if smaller is not None:
@@ -307,10 +333,11 @@ def main() -> None:
                     rates[name].append(supply(sources[name](), args.epochs))
             rate = {name: statistics.median(found) for name, found in rates.items()}
             supplied[workers] = rate["stream"]
+            reference_supplied[workers] = rate.get("reference", 0.0)
             line = "supply, {:2d} worker(s): stream {:.0f} images/s".format(
                 workers, rate["stream"])
             if smaller is not None:
-                line += ", stream from --max_side={} shards {:.0f} ({:.2f}x)".format(
+                line += ", stream from --max_shorter_side={} shards {:.0f} ({:.2f}x)".format(
                     args.max_side, rate["max_side"], rate["max_side"] / rate["stream"])
             if has_reference:
                 line += ", reference {:.0f}".format(rate["reference"])
@@ -323,22 +350,30 @@ def main() -> None:
             workers, 1000 * step_seconds))
         report("stream", fed(stream_epochs(shards, args.batch, workers),
                              StandIn(step_seconds), args.epochs),
-               supplied[workers], args.batch, step_seconds)
+               supplied[workers], args.batch)
         if has_reference:
             report("reference", fed(reference_epochs(tree, args.batch, workers),
                                     StandIn(step_seconds), args.epochs),
-                   supplied[workers], args.batch, step_seconds)
+                   reference_supplied[workers], args.batch)
         if not torch.cuda.is_available():
             print("GPU step: skipped (torch.cuda is not available)")
             return
+        # The GPU step's batch is another batch: its supply is measured again at that batch
+        # (the units the workers build, and so their share of a step, depend on it).
+        gpu_supply = supply(stream_epochs(shards, args.gpu_batch, workers), args.epochs)
+        gpu_reference = supply(reference_epochs(tree, args.gpu_batch, workers), args.epochs) \
+            if has_reference else 0.0
+        print("supply at batch {}, {} worker(s): stream {:.0f} images/s{}".format(
+            args.gpu_batch, workers, gpu_supply, ", reference {:.0f}".format(gpu_reference)
+            if has_reference else ""))
         step = ResNetStep()
         print("fed, {} worker(s), ResNet-50 on {} (bf16, channels_last, batch {}):".format(
             workers, torch.cuda.get_device_name(), args.gpu_batch))
         report("stream", fed(stream_epochs(shards, args.gpu_batch, workers), step,
-                             args.epochs), supplied[workers], args.gpu_batch, 0)
+                             args.epochs), gpu_supply, args.gpu_batch)
         if has_reference:
             report("reference", fed(reference_epochs(tree, args.gpu_batch, workers), step,
-                                    args.epochs), supplied[workers], args.gpu_batch, 0)
+                                    args.epochs), gpu_reference, args.gpu_batch)
 
 
 if __name__ == "__main__":

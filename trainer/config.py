@@ -191,8 +191,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "warmup_epochs": "linear learning-rate warmup, in epochs (then cosine decay)",
         "label_smoothing": "label smoothing of the cross-entropy loss",
         "log_steps": "log a progress line every N steps (0: only per epoch)",
-        "num_workers": "host processes decoding images (-1: one per host core but one; 0: decode "
-                       "in the training process)",
+        "num_workers": "host processes decoding images (-1: one per usable core but the "
+                       "trainer's, as memory allows; 0: decode in the training process)",
         "num_steps": "cut each epoch, and each evaluation, to its first N steps (0: all); "
                      "--max_steps caps the whole run",
         "max_steps": "stop the run after N training steps in all, evaluating and "

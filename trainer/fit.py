@@ -341,7 +341,9 @@ def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:
 def _input_setup(config: TrainConfig, data: DataSource) -> InputSetup:
     from trainer.data.workers import host_cores, resolve_workers
 
-    return InputSetup(config.fake_data, resolve_workers(config.num_workers), host_cores(),
+    workers = getattr(data, "workers", None)  # what the source chose (and logged)
+    return InputSetup(config.fake_data, resolve_workers(config.num_workers, announce=False)
+                      if workers is None else workers, host_cores(),
                       data.decodes_images, host_device=xla.device_type() == "CPU")
 
 

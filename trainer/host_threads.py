@@ -4,8 +4,9 @@ torch gives every process an intra-op pool of one thread per core (and an inter-
 large). In the trainer process nothing needs them: on a TPU (or GPU) host the model's compute
 runs on the device, and on the XLA CPU device it runs in XLA's own thread pool, which torch's
 settings do not touch. What the trainer process does on the host itself, on every platform,
-is hand batches over (the step buffers its data workers decoded into; without workers, it
-puts each step together itself) and launch steps. torch split even the small copies that
+is hand batches over (the step buffers its data workers decoded into, each image straight
+into its row: the step is together when they are done; only without workers does it put a
+step together itself) and launch steps. torch split even the small copies that
 handing over took before the step ring over its pool: on a 16-vCPU host its 16 threads
 then kept 15 vCPUs spinning to pass on 540 images/s, while the data
 workers (one process each, on the cores the trainer leaves them) waited for CPU.
@@ -14,7 +15,8 @@ workers (one process each, on the cores the trainer leaves them) waited for CPU.
 The rule (``choose``), the same on every platform and host size: **one intra-op and one
 inter-op thread** in the trainer process. The data workers are single-threaded already
 (torch's DataLoader sets each worker's pool to one thread), so every process of a run uses one
-core, and the default worker count (``trainer.data.workers``: one per core but one) fills the
+core, and the default worker count (``trainer.data.workers``: one per core this process may
+use but its own, however many: no ceiling; fewer only where memory cannot hold them) fills the
 host without oversubscribing it.
 """
 

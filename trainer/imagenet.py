@@ -98,13 +98,15 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
         return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,
                           FAKE_TRAIN_EXAMPLES // batch, FAKE_EVAL_EXAMPLES // eval_batch,
                           seed=config.seed, host=host, dtype=torch.uint8)
+    from trainer.data.plan import SliceShape
     from trainer.data.shard_source import ShardSource
     from trainer.data.sources import open_source
     from trainer.data.workers import resolve_workers
 
-    source = open_source(config.data_dir, config.image_size, batch,
-                         resolve_workers(config.num_workers), config.seed, eval_batch, host,
-                         devices=topology.devices)
+    workers = resolve_workers(config.num_workers, SliceShape(
+        host.count, topology.devices, batch, eval_batch, 1, config.image_size))
+    source = open_source(config.data_dir, config.image_size, batch, workers, config.seed,
+                         eval_batch, host, devices=topology.devices)
     if isinstance(source, ShardSource):
         for line in source.plan_lines():  # what python -m trainer.data.plan prints
             log.info("data plan: %s", line)

@@ -69,7 +69,7 @@ def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
                "copy to the devices: a larger --batch_size per device gives each copy and "
                "each step more work for its fixed cost")
     elif setup.workers <= 0:
-        fix = ("decode in worker processes: --num_workers=-1 (one per core but one; this "
+        fix = ("decode in worker processes: --num_workers=-1 (one per core but the trainer's; this "
                "host has {} cores)".format(setup.cores))
     elif setup.workers < setup.cores - 1:
         fix = ("more data workers: --num_workers={} (now {}; this host has {} cores; they "

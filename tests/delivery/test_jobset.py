@@ -242,7 +242,7 @@ def test_no_shared_memory_is_needed_without_data_workers():
 
 def test_the_shm_rule_is_trainer_data_plan_to_the_byte():
     """16 chips on 4 hosts, the ImageNet defaults (batch 128 per chip, one worker per core of
-    a 112-core v5e host but one, capped): what ``trainer.data.plan`` says /dev/shm needs."""
+    a 112-core v5e host but the trainer's, 111): what ``trainer.data.plan`` says /dev/shm needs."""
     needed = plan.shared_memory(plan.shape_from_flags(4, 4, 128, 0, auto_workers(112), 224))
     assert round(needed / 1e9, 1) == 1.8  # the figure the templates' comment gives
     too_small = errors(broken(set_path(POD_KEYS + ["volumes", 0, "emptyDir", "sizeLimit"],

@@ -21,7 +21,8 @@ from trainer.progress import InputSetup, input_bound_advice
 
 
 @pytest.mark.parametrize("setup, fix", [
-    (InputSetup(False, 0, 8), "--num_workers=-1 (one per core but one; this host has 8 cores)"),
+    (InputSetup(False, 0, 8),
+     "--num_workers=-1 (one per core but the trainer's; this host has 8 cores)"),
     (InputSetup(False, 2, 8), "--num_workers=7 (now 2; this host has 8 cores; they share one "
                               "ring of step buffers in /dev/shm"),
     (InputSetup(False, 7, 8), "all 8 cores of this host decode already (7 data workers): a host "

@@ -96,7 +96,7 @@ class FolderSource(stream.StreamSource):
         self.num_classes = len(self.classes)
         self.train = FileReader(root, files["train"])
         self.val = FileReader(root, files["val"])
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.batch_size, self.workers, self.seed = batch_size, num_workers, seed
         self.eval_batch_size = eval_batch_size or batch_size
         self.host, self.image_size = host, image_size
         self.steps_per_epoch = steps_in(len(self.train.files), batch_size, root.join("train"))
@@ -125,4 +125,4 @@ class FolderSource(stream.StreamSource):
 
     def describe(self) -> str:
         return "{} class folders ({} train, {} val images), {} data worker(s)".format(
-            self.train.root.uri, len(self.train.files), len(self.val.files), self.num_workers)
+            self.train.root.uri, len(self.train.files), len(self.val.files), self.workers)

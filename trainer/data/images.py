@@ -74,6 +74,13 @@ def crop_box(width: int, height: int, rng: random.Random) -> Box:
     return left, top, left + w, top + h
 
 
+def least_shorter_side(size: int) -> int:
+    """The shorter side an image needs so that a ``size`` px run never upsamples the
+    evaluation's centre crop (``centre_box``: ``size * 224 / 256`` of the shorter side) nor a
+    full-image training crop: ``ceil(size * 256 / 224)``, 256 px at 224."""
+    return -(-size * 256 // 224)
+
+
 def centre_box(width: int, height: int, size: int) -> Box:
     """The region of the original image that resize-shorter-side-to ``size * 256 / 224``
     then centre-crop ``size`` keeps."""

@@ -27,8 +27,11 @@ split; both splits share one class-to-label map.
   (``train-000012_000345``), whatever the file's name; ``KEY.json`` records the source file's
   path and format. A file that cannot be decoded is reported by name and skipped: the count
   and names are in the final line and in the index's ``skipped`` list.
-- ``--max_side=N`` (opt-in) stores images with their shorter side at most N px, scaled down
-  (``shard_image``); the index records N, and another N is another plan.
+- ``--max_shorter_side=N`` (opt-in; ``--max_side``, its old name, still works) stores images
+  with their shorter side at most N px, scaled down (``shard_image``): the longer side stays
+  in proportion, so a 4:3 image keeps 4/3 N px that way. The index records N (``max_side``),
+  and another N is another plan. A trainer run whose ``--image_size`` needs more than N
+  (``images.least_shorter_side``) warns at start.
 
 Exit codes: 0 done; 64 bad option; 65 no usable images or the splits' classes differ; 70 a
 worker process died (run the command again to resume); 74 the source or destination cannot be
@@ -276,9 +279,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="for a SOURCE of class folders alone: the share of each class's "
                         "images that goes to val, between 0 and 1 (e.g. 0.05)")
     parser.add_argument("--progress_seconds", type=float, default=10.0)
-    parser.add_argument("--max_side", type=int, default=0,
-                        help="store images with their shorter side at most N px, scaled down "
-                        "(default 0: as they came; docs/data.md says what it saves and costs)")
+    parser.add_argument("--max_shorter_side", "--max_side", dest="max_side", type=int,
+                        default=0, metavar="N",
+                        help="store images with their SHORTER side at most N px, scaled down, "
+                        "the longer in proportion (default 0: as they came; --max_side is the "
+                        "old name; docs/data.md says what it saves and costs)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse printed its usage line and the error
@@ -295,8 +300,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 args.val_fraction), "e.g. --val_fraction=0.05 puts 5 % of each class in val",
                 EX_USAGE)
         if args.max_side < 0:
-            raise TrainerError("--max_side must be 0 (images as they came) or a side in px, "
-                               "got {}".format(args.max_side), "e.g. --max_side=256", EX_USAGE)
+            raise TrainerError("--max_shorter_side must be 0 (images as they came) or a side "
+                               "in px, got {}".format(args.max_side),
+                               "e.g. --max_shorter_side=256", EX_USAGE)
         convert(args.source, args.dest, args.shard_size, args.seed, args.workers,
                 args.progress_seconds, args.val_fraction, args.max_side)
     except TrainerError as error:

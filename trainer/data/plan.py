@@ -1,6 +1,10 @@
 """What a slice will do with a shard set, before you pay for it: ``python -m trainer.data.plan
 --data_dir=DIR_OR_GS --hosts=16 --devices_per_host=4 --batch_size=128``.
 
+Without ``--data_dir`` it prints only the data workers a host gets and the memory they take,
+for an ImageNet-like shard set: ``python -m trainer.data.plan --host_cores=180
+--host_memory_gb=720 --devices_per_host=8`` (a v6e host).
+
 Reads only the index (local or ``gs://``) and prints, for that slice: steps per epoch and the
 share of the training set an epoch covers, evaluation steps and padding, the runs, ranged
 reads and bytes of each data worker per epoch, the bytes read per epoch against the split's,
@@ -33,7 +37,7 @@ import argparse
 import itertools
 import sys
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from trainer.data import epoch_order
 from trainer.data.shard_index import Shard, ShardIndex
@@ -53,6 +57,13 @@ PREFETCH_BATCHES = epoch_order.MIXING_STEPS + 1
 # 248 MB at 224 px, peak over an epoch and its evaluation, 4 runs; 182 MB over one epoch before
 # the stream), rounded up: an estimate for the host's total, not a limit.
 WORKER_PROCESS_BYTES = 260 * 10 ** 6
+# What the trainer process itself holds on the host (torch, the XLA runtime, the model and its
+# optimizer's host copies, the device loader's staging): an estimate with headroom for sizing
+# the workers, not a limit (a CPU step's process peaks at about 0.8 GB, docs/benchmarks.md).
+TRAINER_PROCESS_BYTES = 4 * 10 ** 9
+# An example of an ImageNet-like shard set: ImageNet's training JPEGs average about 108 KB,
+# and make_shards adds tar headers and a label (what ``--data_dir`` replaces by its own mean).
+IMAGENET_EXAMPLE_BYTES = 110 * 10 ** 3
 CHANNELS = 3
 
 
@@ -187,6 +198,24 @@ def decoded_bytes(shape: SliceShape) -> int:
     return shared_memory(shape)
 
 
+def data_memory(shape: SliceShape, example_bytes: float) -> Tuple[int, int]:
+    """(fixed, per worker): the bytes a host's data and processes take for ``shape`` with
+    any number ``W`` of workers, ``fixed + W * per_worker``, where examples average
+    ``example_bytes`` encoded. Fixed: the trainer process's own (``TRAINER_PROCESS_BYTES``),
+    the step ring (``ring_batches`` local batches, whatever ``W``) and the encoded runs that
+    make up ``RUNS_AHEAD + 1`` local batches; each worker adds its process
+    (``WORKER_PROCESS_BYTES``) and, since a unit is at most ``ceil(L / W) + BLOCK_EXAMPLES``
+    rows of a local batch of ``L``, ``RUNS_AHEAD + 1`` times ``BLOCK_EXAMPLES + 1`` examples
+    more. ``trainer.data.workers.choose`` sizes the default worker count with it."""
+    local = max(shape.batch, shape.eval_batch) // shape.hosts
+    held = RUNS_AHEAD + 1
+    fixed = (TRAINER_PROCESS_BYTES + ring_batches() * batch_bytes(shape)
+             + int(held * local * example_bytes))
+    per_worker = WORKER_PROCESS_BYTES + int(held * (epoch_order.BLOCK_EXAMPLES + 1)
+                                            * example_bytes)
+    return fixed, per_worker
+
+
 def make_plan(index: ShardIndex, shape: SliceShape, seed: int = 0, epoch: int = 0) -> Plan:
     """The plan of ``epoch`` (its figures vary little between epochs) for ``shape``."""
     train, val = index.entries("train"), index.entries("val")
@@ -295,12 +324,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     from trainer import storage
     from trainer.cli import configure_logging, report
     from trainer.data.shard_index import load_index
-    from trainer.data.workers import auto_workers
+    from trainer.data.workers import Host, choose
 
     configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.plan",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data_dir", required=True, help="the shard set, DIR or gs://...")
+    parser.add_argument("--data_dir", default="",
+                        help="the shard set, DIR or gs://... (default none: only the data "
+                             "workers and their memory, for an ImageNet-like shard set)")
     parser.add_argument("--hosts", type=int, default=1, help="hosts of the slice (default 1)")
     parser.add_argument("--devices_per_host", type=int, default=4,
                         help="TPU chips per host (default 4: v5e-4t; 8 for v5e-8t)")
@@ -310,10 +341,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="evaluation batch per device (default 0: --batch_size)")
     parser.add_argument("--num_workers", type=int, default=-1,
                         help="data workers per host (default -1: the trainer's choice on a "
-                             "host of --host_cores cores)")
+                             "host of --host_cores cores and --host_memory_gb)")
     parser.add_argument("--host_cores", type=int, default=112,
                         help="cores of one host, for --num_workers=-1 (default 112: a v5e "
-                             "host)")
+                             "host; 180 for v6e, 224 for v5e-8t)")
+    parser.add_argument("--host_memory_gb", type=float, default=0,
+                        help="memory of one host in GB, for --num_workers=-1 (default 0: not "
+                             "limited by memory)")
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--seed", type=int, default=1, help="the trainer's --seed (default 1)")
     try:
@@ -321,17 +355,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemExit as exit_:  # argparse printed its usage line and the error
         return EX_USAGE if exit_.code else 0
     try:
-        if args.num_workers < -1 or args.host_cores < 1:
-            raise TrainerError("--num_workers must be -1 or more and --host_cores positive",
-                               "e.g. --num_workers=-1 --host_cores=112", EX_USAGE)
-        workers = auto_workers(args.host_cores) if args.num_workers < 0 else args.num_workers
+        if args.num_workers < -1 or args.host_cores < 1 or args.host_memory_gb < 0:
+            raise TrainerError("--num_workers must be -1 or more, --host_cores positive and "
+                               "--host_memory_gb 0 or more",
+                               "e.g. --num_workers=-1 --host_cores=180 --host_memory_gb=720",
+                               EX_USAGE)
         shape = shape_from_flags(args.hosts, args.devices_per_host, args.batch_size,
-                                 args.eval_batch_size, workers, args.image_size)
-        index = load_index(storage.open_dir(args.data_dir))
-        if not index.examples("train") or not index.examples("val"):
+                                 args.eval_batch_size, max(0, args.num_workers),
+                                 args.image_size)
+        index = load_index(storage.open_dir(args.data_dir)) if args.data_dir else None
+        if index is not None and (not index.examples("train") or not index.examples("val")):
             raise DataError("{} has {} train and {} val examples: nothing to plan".format(
                 args.data_dir, index.examples("train"), index.examples("val")),
                 "point --data_dir at a complete shard set")
+        example_bytes = (index.size("train") / index.examples("train") if index is not None
+                         else IMAGENET_EXAMPLE_BYTES)
+        host = Host(args.host_cores, int(args.host_memory_gb * 1e9),
+                    "{} cores (--host_cores), {}".format(
+                        args.host_cores, "{:g} GB (--host_memory_gb)".format(
+                            args.host_memory_gb) if args.host_memory_gb else "memory not "
+                        "given (--host_memory_gb)"))
+        choice = choose(host, data_memory(shape, example_bytes))
+        workers = choice.workers if args.num_workers < 0 else args.num_workers
+        shape = shape_from_flags(args.hosts, args.devices_per_host, args.batch_size,
+                                 args.eval_batch_size, workers, args.image_size)
+        if args.num_workers < 0:
+            print(choice.line())
+        if index is None:
+            for line in memory_lines(shape, example_bytes):
+                print(line)
+            return 0
         if index.examples("train") < shape.batch:
             raise TrainerError("a global batch of {} is larger than the training set ({} "
                                "examples)".format(shape.batch, index.examples("train")),
@@ -341,6 +394,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     except TrainerError as error:
         return report(error)
     return 0
+
+
+def memory_lines(shape: SliceShape, example_bytes: float) -> List[str]:
+    """Without an index: what ``shape``'s workers take on a host, for shard examples of
+    ``example_bytes`` on average."""
+    fixed, per_worker = data_memory(shape, example_bytes)
+    ring = ring_batches() * batch_bytes(shape) if shape.workers else 0
+    return [
+        "slice: {} host{} x {} device{}, global batch {} ({} per device), {} data worker{} "
+        "per host, an ImageNet-like shard set ({} an example)".format(
+            shape.hosts, _s(shape.hosts), shape.devices // shape.hosts,
+            _s(shape.devices // shape.hosts), shape.batch, shape.batch // shape.devices,
+            shape.workers, _s(shape.workers), _size(int(example_bytes))),
+        "memory per host: about {} in all: each data worker about {} ({} its own, {} of "
+        "encoded runs); the step ring {} in /dev/shm ({} local batches of {}); the trainer "
+        "process about {} (estimate); runs of {} local batches {}".format(
+            _size(fixed + shape.workers * per_worker - (0 if shape.workers else ring)),
+            _size(per_worker), _size(WORKER_PROCESS_BYTES),
+            _size(per_worker - WORKER_PROCESS_BYTES), _size(ring), ring_batches(),
+            _size(batch_bytes(shape)), _size(TRAINER_PROCESS_BYTES), RUNS_AHEAD + 1,
+            _size(fixed - TRAINER_PROCESS_BYTES - ring_batches() * batch_bytes(shape))),
+    ]
 
 
 if __name__ == "__main__":

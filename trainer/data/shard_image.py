@@ -14,11 +14,12 @@ it has for JPEG (a reduced-size decode, or torchvision's decoder into a tensor).
 A converted image is its first frame, as a reader would have decoded it; more than 8 bits per
 channel are scaled to 8 (the reader's conversion to RGB would clip them).
 
-With ``max_side`` (``make_shards --max_side=N``) an image whose shorter side is longer than N
-is scaled down to N on that side (Pillow's antialiased bicubic filter, after a reduced-size
-JPEG decode that keeps at least twice the target's pixels each way) and stored as the rule above
-says for a converted image, but a lossy source as JPEG at quality 90 with colour at half
-resolution (``SCALED_JPEG``), else PNG. Smaller images are stored as they came.
+With ``max_side`` (``make_shards --max_shorter_side=N``, formerly ``--max_side``) an image
+whose shorter side is longer than N is scaled down to N on that side (Pillow's antialiased
+bicubic filter, after a reduced-size JPEG decode that keeps at least twice the target's pixels
+each way) and stored as the rule above says for a converted image, but a lossy source as JPEG
+at quality 90 with colour at half resolution (``SCALED_JPEG``), else PNG. Smaller images are
+stored as they came.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from trainer.data import images
 
 LOSSY_FORMATS = ("JPEG", "MPO", "WEBP", "JPEG2000", "AVIF", "HEIF")
 JPEG_QUALITY = 95
-# A lossy image scaled down (--max_side): what the decode costs matters more than the last
+# A lossy image scaled down (--max_shorter_side): what the decode costs matters more than the last
 # detail, so it is coded as most photographs are: quality 90, colour at half resolution (4:2:0).
 # On tests/photos.py's photographs this decodes 2.9x as fast as quality 95 at full colour
 # resolution, in 0.6x the bytes.

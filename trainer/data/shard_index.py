@@ -139,8 +139,8 @@ class ShardIndex:
     classes: List[str]
     splits: Dict[str, List[Shard]]
     skipped: List[str] = field(default_factory=list)  # source files that could not be decoded
-    # make_shards --max_side: images were stored with their shorter side at most this (0: as
-    # they came)
+    # make_shards --max_shorter_side (formerly --max_side): images were stored with their
+    # shorter side at most this (0: as they came)
     max_side: int = 0
 
     def entries(self, split: str) -> List[Shard]:

@@ -24,14 +24,17 @@ need (``trainer.data.shared_memory``), and the plan's figures are logged
 
 from __future__ import annotations
 
+import logging
 from typing import Dict, List
 
 from trainer import storage
 from trainer.batches import WHOLE, HostPart
-from trainer.data import epoch_order, plan, shared_memory, stream
+from trainer.data import epoch_order, images, plan, shared_memory, stream
 from trainer.data.shard_index import Shard, load_index, split_identity
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
+
+log = logging.getLogger("trainer")
 
 
 class ShardSource(stream.StreamSource):
@@ -65,6 +68,7 @@ class ShardSource(stream.StreamSource):
         self.layout = {"seed": seed, "block_examples": epoch_order.BLOCK_EXAMPLES,
                        "block_boundaries": epoch_order.BOUNDARY_SCHEME,
                        "mixing_steps": epoch_order.MIXING_STEPS}
+        warn_if_stored_small(self.index.max_side, image_size, self.root.uri)
         self.plan = plan.make_plan(self.index, plan.SliceShape(
             host.count, devices or host.count, batch_size, self.eval_batch_size, num_workers,
             image_size), seed)
@@ -87,6 +91,24 @@ class ShardSource(stream.StreamSource):
 
     def plan_lines(self) -> List[str]:
         return plan.plan_lines(self.plan)
+
+
+def warn_if_stored_small(max_side: int, image_size: int, uri: str) -> None:
+    """Log a warning, with the command that fixes it, when shards stored with their shorter
+    side at most ``max_side`` px (``make_shards --max_shorter_side``; 0: as they came) are
+    smaller than a run at ``image_size`` needs (``images.least_shorter_side``): every
+    evaluation image, and every large training crop, would be upsampled."""
+    needed = images.least_shorter_side(image_size)
+    if not max_side or max_side >= needed:
+        return
+    log.warning("data: %s stores images with their shorter side at most %d px (make_shards "
+                "--max_shorter_side=%d), but --image_size=%d needs %d px (the evaluation's "
+                "256/224 centre crop): every evaluation image and every large training crop is "
+                "upsampled. HINT: write the shards again with python -m "
+                "trainer.data.make_shards --source=SOURCE --dest=NEW_DIR "
+                "--max_shorter_side=%d (or without it), or run at --image_size=%d or less",
+                uri, max_side, max_side, image_size, needed, needed,
+                max_side * 224 // 256)
 
 
 def _order(shards: List[Shard], shuffled: bool) -> epoch_order.ShardOrder:

@@ -23,7 +23,7 @@ from trainer.data import epoch_order
 from trainer.data.epoch_order import Cut, ExampleOrder, Mixing
 
 HOSTS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_WORKERS = 32  # workers.auto_workers on a TPU host (100+ cores)
+DEFAULT_WORKERS = 32  # the default on a TPU host until workers.py dropped its ceiling of 32
 
 
 @functools.lru_cache(maxsize=None)

@@ -389,11 +389,18 @@ def test_progress_counts_the_rate_and_eta_of_this_run_only():
     assert progress_line(1, 1331, 0, 1000, 1331167, 3.0).endswith("333 images/s, ETA 1h06m")
 
 
-def test_max_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(broken_photos,
-                                                                                tmp_path):
-    """``--max_side=N``: an image whose shorter side is longer than N is scaled to N on that
-    side (the aspect kept), every other one is stored as it came; the index records N, and
-    another N is another plan; the shards train."""
+def warnings(caplog):
+    return [record.getMessage() for record in caplog.records
+            if record.levelno >= logging.WARNING]
+
+
+def test_max_shorter_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(
+        broken_photos, tmp_path, caplog, monkeypatch):
+    """``--max_shorter_side=N`` (``--max_side``, its old name, too): an image whose shorter
+    side is longer than N is scaled to N on that side (the aspect kept), every other one is
+    stored as it came; the index records N, and another N is another plan; a run whose
+    ``--image_size`` needs more than N warns with the command that fixes it; the shards
+    train."""
     from PIL import Image
 
     from trainer.data.shard_image import scaled_size
@@ -401,7 +408,7 @@ def test_max_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(
 
     dest = tmp_path / "small"
     assert main(["--source", str(broken_photos), "--dest", str(dest), "--shard_size=5",
-                 "--workers=1", "--max_side=200"]) == 0
+                 "--workers=1", "--max_shorter_side=200"]) == 0
     index = ShardIndex.from_json((dest / "index.json").read_bytes(), "index.json")
     assert index.max_side == 200 and json.loads((dest / "index.json").read_text())[
         "max_side"] == 200
@@ -427,6 +434,21 @@ def test_max_side_stores_every_image_with_its_shorter_side_at_most_n_and_trains(
                  "--workers=1", "--max_side=300"]) == 65
     assert main(["--source", str(broken_photos), "--dest", str(tmp_path / "x"),
                  "--max_side=-1"]) == 64
+    assert main(["--source", str(broken_photos), "--dest", str(tmp_path / "x"),
+                 "--max_shorter_side=-1"]) == 64
+    monkeypatch.setattr(logging.getLogger("trainer"), "propagate", True)  # main() cleared it
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        source = ShardSource(str(dest), 175, 8, 0, seed=0)  # needs 200 px: no warning
+        source.close()
+        assert not warnings(caplog)
+        ShardSource(str(dest), 176, 8, 0, seed=0).close()  # needs 202 px
+    [warning] = set(warnings(caplog))  # once (a handler set up before may capture it twice)
+    assert ("stores images with their shorter side at most 200 px (make_shards "
+            "--max_shorter_side=200), but --image_size=176 needs 202 px" in warning)
+    assert ("HINT: write the shards again with python -m trainer.data.make_shards "
+            "--source=SOURCE --dest=NEW_DIR --max_shorter_side=202 (or without it), or run at "
+            "--image_size=175 or less" in warning)
     source = ShardSource(str(dest), 64, 8, 0, seed=0)
     assert "16 val examples, stored at most 200 px on the shorter side)" in source.describe()
     try:

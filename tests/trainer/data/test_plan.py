@@ -77,14 +77,16 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
                           "--batch_size=128"]) == 0
         printed.append(capsys.readouterr().out)
     assert printed[0] == printed[1]
-    lines = printed[0].splitlines()
-    assert lines[0] == ("slice: 16 hosts x 4 devices, global batch 8192 (128 per device), 32 "
+    choice, *lines = printed[0].splitlines()
+    # --num_workers=-1 on a host of --host_cores=112: every core but the trainer's.
+    assert choice.startswith("data workers: 111 (one per core but the trainer's); ")
+    assert lines[0] == ("slice: 16 hosts x 4 devices, global batch 8192 (128 per device), 111 "
                         "data workers per host")
     assert lines[1].startswith("training: 1,281,167 examples in 1,282 shards (")
     assert "; 156 steps per epoch cover 99.75% of them, each once (3,215 left out" in lines[1]
     assert lines[2] == ("evaluation: 50,000 examples in global batches of 8192: 7 steps, 7,344 "
                         "padding (in the last step)")
-    assert lines[3].startswith("per data worker per epoch, at most: 86 runs (work units), 86 "
+    assert lines[3].startswith("per data worker per epoch, at most: 25 runs (work units), 25 "
                                "ranged reads, ")
     assert lines[4].startswith("read per epoch by all hosts: ")
     assert lines[5].startswith("data memory per host: ") and "/dev/shm needs 1.8 GB" in lines[5]
@@ -95,6 +97,7 @@ def test_the_command_prints_the_plan_from_a_local_or_a_cloud_index(imagenet_dir,
     (["--hosts=0"], "--hosts=0 must be at least 1"),
     (["--batch_size=-8"], "--batch_size=-8 must be at least 1"),
     (["--num_workers=-2"], "--num_workers must be -1 or more"),
+    (["--host_memory_gb=-1"], "--host_memory_gb 0 or more"),
     (["--hosts=64", "--devices_per_host=8", "--batch_size=4096"],
      "a global batch of 2097152 is larger than the training set (1281167 examples)"),
 ])
@@ -111,9 +114,30 @@ def run_plan(*args):
 
 
 def test_the_command_refuses_a_missing_flag_or_index(tmp_path):
-    usage = run_plan("--hosts=2")
-    assert usage.returncode == 64 and "--data_dir" in usage.stderr
+    usage = run_plan("--hosts=two")
+    assert usage.returncode == 64 and "--hosts" in usage.stderr
     missing = run_plan("--data_dir=" + str(tmp_path))
     assert missing.returncode == 65 and "has no index.json" in missing.stderr
     assert missing.stderr.strip().splitlines()[-1].startswith("HINT: ")
     assert "Traceback" not in missing.stderr
+
+
+def test_without_an_index_it_prints_the_workers_a_host_gets_and_their_memory(capsys):
+    """A v6e host (180 vCPUs, 720 GB, 8 chips): 179 workers, memory far from a limit; with
+    32 GB, the count memory holds, and the memory line adds up to the workers' and the
+    ring's figures."""
+    assert plan.main(["--host_cores=180", "--host_memory_gb=720", "--devices_per_host=8"]) == 0
+    choice, slice_, memory = capsys.readouterr().out.splitlines()
+    assert choice.startswith("data workers: 179 (one per core but the trainer's; memory would "
+                             "hold 2,")
+    assert "the host: 180 cores (--host_cores), 720 GB (--host_memory_gb)" in choice
+    assert slice_ == ("slice: 1 host x 8 devices, global batch 1024 (128 per device), 179 data "
+                      "workers per host, an ImageNet-like shard set (110 KB an example)")
+    fixed, per_worker = plan.data_memory(plan.shape_from_flags(1, 8, 128, 0, 179, 224),
+                                         plan.IMAGENET_EXAMPLE_BYTES)
+    assert memory.startswith("memory per host: about {:.1f} GB in all: each data worker about "
+                             "271 MB (260 MB its own, 10.9 MB of encoded runs); the step ring "
+                             "3.7 GB in /dev/shm (24 local batches of 154 MB)".format(
+                                 (fixed + 179 * per_worker) / 1e9))
+    assert plan.main(["--host_cores=224", "--host_memory_gb=32", "--devices_per_host=8"]) == 0
+    assert capsys.readouterr().out.startswith("data workers: 88 (memory holds only 88: ")

@@ -207,7 +207,11 @@ class _Run:
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
         accuracy: Dict[str, float] = {}
-        while state.epoch < self.epochs and state.global_step < self.train_steps:
+        # A run stopped after an epoch's last step (the run's last included) resumes inside
+        # that epoch with no step left: it still ends that epoch (its count, checkpoint and
+        # evaluation), as the run that was not stopped did.
+        while state.epoch < self.epochs and (state.global_step < self.train_steps
+                                             or state.step_in_epoch > 0):
             accuracy = self.epoch(hooks)
         if not accuracy:  # resumed from the last epoch's checkpoint: its figures, again
             accuracy = self.evaluate_epoch()

@@ -109,10 +109,14 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
+        # A stop that ends the process from another thread (``stop_signal``: inside a long
+        # compile) lets the checkpoint write in flight land first.
+        scratch.enter_context(stop_signal.before_ending(checkpoints.writer.settle))
         with stop_signal.caught():
             finished = False
             try:
                 accuracy = run.all_epochs(progress)
+                stop_signal.stopping()  # training is over: the run ends, stopped or not
                 # Training is over: no data worker outlives it (one that died while the
                 # model is written would fail a finished run).
                 spec.data.close()
@@ -305,6 +309,7 @@ def _stopped(during: str, checkpoint: Optional[str], state: LoopState) -> Preemp
 
 def _preempted(message: str, hint: str) -> Preempted:
     """A stop's error, with the exit code of the signal received (Ctrl-C: 130)."""
+    stop_signal.stopping()
     return Preempted(message, hint, exit_code=stop_signal.exit_code())
 
 

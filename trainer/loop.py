@@ -154,6 +154,13 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
             # Run the step, and the closure after it, now: where the loader's sync would cut
             # the same graph anyway (lazy path), or would never come (compiled path).
             xla.sync()
+        if state.clock.steps == 1:
+            # Until the first step since the start has run, a stop has nothing to save and
+            # ends the process at once, even inside this step's compile (``stop_signal``);
+            # from then on it checkpoints. Waited for once, here.
+            xla.sync()
+            xla.wait()
+            stop_signal.step_trained()
         agreed = hooks.decide()
         if agreed.stop:
             xla.sync()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from trainer import xla
+from trainer import stop_signal, xla
 from trainer.checkpoint_writer import BackgroundWriter
 from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
 from trainer.devices import ONE_DEVICE, Topology
@@ -195,6 +195,7 @@ class RunCheckpoints:
     def save_final(self, state: LoopState, outputs: RunOutputs) -> Optional[str]:
         """The checkpoint of ``state``, durable when this returns (SIGTERM): the one already
         saved at this step once its write has finished, else a new one written now."""
+        stop_signal.stopping()  # no deadline cuts this write short (``stop_signal``)
         if self.store is not None and self.saved_step == state.global_step:
             started = time.perf_counter()
             self.writer.wait()

@@ -116,7 +116,7 @@ def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(faulty_gcs, tmp_path, ph
         newest = max(blob.name for blob in gcs.list_blobs(prefix="job/checkpoints/"))
         assert newest == name
     else:
-        assert "before training resumed at step 0" in error
+        assert "before training resumed" in error
         assert phase in ("import", "data load", "compile"), error
 
 

@@ -25,9 +25,10 @@ from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
 from trainer.config import TrainConfig, parse_profile_steps
 from trainer.errors import Preempted
+from trainer.job_totals import JobTotals
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
 from trainer.optim import build_optimizer
-from trainer.outputs import OutputPaths, RunOutputs
+from trainer.outputs import STOP, OutputPaths, RunOutputs
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
@@ -103,6 +104,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                    _Placement(sharding, devices.BoundaryVote(
                        topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes))))
+        checkpoints.this_process = lambda: _this_process(
+            run, checkpoints, outputs.steps_past_resume, spec.data.batch_size)
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                config.train_steps(steps_per_epoch), outputs.record,
                                counts.compiled, _input_setup(config, spec.data),
@@ -130,13 +133,15 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                 outputs.flush()
                 cache.save()
         outputs.save_model(to_cpu(model.state_dict(), xla.to_host))
+        job = checkpoints.job_totals()
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
                             spec.data.batch_size, accuracy, counts, started, cache.report(),
                             PhaseTimes(run.eval_seconds, checkpoints.seconds))
         summary.update(devices=topology.devices, devices_found=topology.found,
                        processes=topology.process_count, batch_size_per_device=config.batch_size,
                        global_batch=spec.data.batch_size,
-                       learning_rate=steps.learning_rate.peak, precision=config.precision)
+                       learning_rate=steps.learning_rate.peak, precision=config.precision,
+                       job=job.summary(outputs.stops))
         outputs.write_summary(summary)
     return summary
 
@@ -231,6 +236,7 @@ class _Run:
         if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True,
                                                          fixed=self.data.fixed_batch()),
                        state, hooks):
+            self.record_stop()
             raise _stopped("", self.checkpoints.save_final(state, self.outputs), state)
         state.epoch += 1
         state.step_in_epoch = 0
@@ -262,6 +268,11 @@ class _Run:
         if (by_steps or by_clock) and not at_epoch_end:
             self.checkpoints.save(state, self.outputs)
 
+    def record_stop(self) -> None:
+        """A metrics line for the stop at this step: the job's summary counts them."""
+        self.outputs.record(STOP, {"signal": stop_signal.name() if stop_signal.received()
+                                   else "another host"}, self.state.global_step)
+
     def saves_after(self, finished: int) -> bool:
         """Whether the run checkpoints once ``finished`` epochs have trained."""
         every = self.config.checkpoint_epochs
@@ -279,6 +290,7 @@ class _Run:
                             self.placement.vote.input_wait)
         self.eval_seconds += time.perf_counter() - started
         if accuracy is None:
+            self.record_stop()
             self.outputs.flush()
             # Saved before the evaluation (in the background: waited for here), or now.
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
@@ -286,6 +298,23 @@ class _Run:
         _log_epoch(state, accuracy, self.outputs)
         self.outputs.flush(background=True)
         return accuracy
+
+
+def _this_process(run: "_Run", checkpoints: RunCheckpoints, steps_redone: int,
+                  batch_size: int) -> JobTotals:
+    """What this process has added to the job's totals so far."""
+    clock = run.state.clock
+    first = clock.to_first_step
+    return JobTotals(
+        processes=1, resumes=int(checkpoints.resumed), training_seconds=clock.seconds,
+        evaluation_seconds=run.eval_seconds, checkpoint_seconds=checkpoints.seconds,
+        compile_seconds=run.counts.compile_seconds(),
+        restore_seconds=checkpoints.restore_seconds,
+        restart_seconds=first if first is not None and checkpoints.resumed else 0.0,
+        steps_trained=clock.steps, steps_redone=steps_redone,
+        steady_steps=clock.steady_steps, steady_examples=clock.steady_steps * batch_size,
+        steady_seconds=clock.steady_seconds,
+        to_first_step_seconds=[] if first is None else [round(first, 3)])
 
 
 def _stop_requested(checkpoints: RunCheckpoints) -> Callable[[], bool]:

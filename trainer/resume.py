@@ -22,6 +22,7 @@ from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
 from trainer.devices import ONE_DEVICE, Topology
 from trainer.divergence import check_loss, check_state
 from trainer.errors import EX_USAGE, DataError, TrainerError
+from trainer.job_totals import JobTotals
 from trainer.loop import LoopState
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
 from trainer.steps import Steps
@@ -47,6 +48,12 @@ class RunCheckpoints:
         self.saved_step = -1  # the step of the last checkpoint handed to the writer
         self.saved_at = time.monotonic()  # when it was (or when the run started)
         self.seconds = 0.0  # spent on the loop's path: copies to the host, waits for writes
+        self.resumed = False  # restored from a checkpoint
+        self.restore_seconds = 0.0
+        # The job's totals up to the checkpoint restored, and this process's own, which the
+        # run sets (``fit``): each checkpoint carries their sum.
+        self.job_before = JobTotals()
+        self.this_process: Callable[[], JobTotals] = JobTotals
 
     @classmethod
     def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps,
@@ -67,6 +74,7 @@ class RunCheckpoints:
         """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
         any; returns the running loss total it had (0 for a fresh run). A checkpoint of another
         model stops the run (exit 65) before anything is overwritten."""
+        started = time.perf_counter()
         restored = self.store.load_latest() if self.store is not None else None
         if restored is None:
             return 0.0
@@ -88,6 +96,8 @@ class RunCheckpoints:
         total = float(saved.get("loss_total", 0.0))
         state.loss_total = xla.device_number(total, self.steps.device)
         torch.set_rng_state(saved["torch_rng"])
+        self.job_before = JobTotals.from_checkpoint(saved.get("job_totals"))
+        self.resumed, self.restore_seconds = True, time.perf_counter() - started
         log.info("resumed from %s: epoch %d, step %d", self.store.uri(step), state.epoch + 1,
                  state.global_step)
         return total
@@ -166,7 +176,8 @@ class RunCheckpoints:
                 "global_batch": self.global_batch or None,
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
-                "torch_rng": torch.get_rng_state()})
+                "torch_rng": torch.get_rng_state(),
+                "job_totals": self.job_totals().as_dict()})
             # The metrics up to this step land before the checkpoint does: same thread, first.
             upload = outputs.staged_upload()
             step = state.global_step  # the thread must not read ``state``: training goes on
@@ -183,6 +194,10 @@ class RunCheckpoints:
         self.saved_step, self.saved_at = state.global_step, time.monotonic()
         self.seconds += time.perf_counter() - started
         return uri
+
+    def job_totals(self) -> JobTotals:
+        """The job's totals now: the restored checkpoint's plus this process's."""
+        return self.job_before.plus(self.this_process())
 
     def clock_due(self, minutes: float) -> Callable[[], bool]:
         """This process's own view of ``--checkpoint_minutes``: whether ``minutes`` have

@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Callable, Iterator, List, Optional

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Callable, Iterator, List, Optional
@@ -141,17 +142,21 @@ def _end_process(why: str, hint: str) -> None:
 
 def _end_workers_and_folders() -> None:
     """SIGTERM to every child process this one started (data workers exit at their parent's
-    SIGTERM), and the run's working folders in ``$TMPDIR`` deleted."""
-    import multiprocessing
-
-    from trainer import scratch
-
-    for child in multiprocessing.active_children():
-        try:
-            child.terminate()
-        except OSError:
-            pass
-    scratch.release_all()
+    SIGTERM), and the run's working folders in ``$TMPDIR`` deleted. Nothing is imported
+    here: the main thread may be halfway through importing these very modules (a stop
+    during start-up), and a module that was not imported has started nothing."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    scratch = sys.modules.get("trainer.scratch")
+    try:
+        for child in multiprocessing.active_children() if multiprocessing else ():
+            try:
+                child.terminate()
+            except OSError:
+                pass
+        if scratch is not None:
+            scratch.release_all()
+    except Exception:  # noqa: BLE001 - half-imported, say: the next start cleans up instead
+        pass
 
 
 def _write(text: str) -> None:

@@ -118,7 +118,7 @@ def _end_at_deadline() -> None:
     time.sleep(max(0.0, _received_at + DEADLINE_S - time.monotonic()))
     if not _stopping:
         _end_process("while the trainer was still inside one call (a compile) {:g} s after "
-                     "it: no checkpoint at this step".format(DEADLINE_S),
+                     "it: no new checkpoint".format(DEADLINE_S),
                      "the platform restarts the job, which resumes from the newest "
                      "checkpoint; a Spot VM's notice (about 15 s) leaves no time to wait for "
                      "the call to end")

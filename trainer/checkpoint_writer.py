@@ -69,6 +69,14 @@ class BackgroundWriter:
                             else "{} was written since".format(what)) + "; " + earlier.hint
             raise earlier
 
+    def settle(self) -> None:
+        """Block until the write in flight (if any) has ended, from any thread; its error is
+        left for ``wait``. (A stop that ends the process lets the write land first:
+        ``stop_signal.before_ending``.)"""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

@@ -7,7 +7,8 @@ own included), and exit 0 without training.
 Exit codes: 0 done; 64 bad flag; 65 bad or missing data; 70 a data worker died (killed, or
 crashed in native code); 74 job dir not readable/writable; 78 the container's ``/dev/shm`` is
 too small for the data workers (``docker run --shm-size``); 130 stopped by Ctrl-C
-(SIGINT), 143 by SIGTERM, after writing a checkpoint (the platform restarts and it resumes).
+(SIGINT), 143 by SIGTERM, after writing a checkpoint, or at once without one when nothing
+had trained yet (the platform restarts and it resumes).
 """
 
 from __future__ import annotations

@@ -187,6 +187,7 @@ def _given_up_after(grace: float) -> Iterator[None]:
         with stop_signal.interruptible(grace):
             yield
     except stop_signal.Stopped:
+        stop_signal.stopping()  # its exit is under way: no deadline cuts it short
         raise Preempted(
             "stopped by {} after waiting {:g} s more for the next batch: no checkpoint at this "
             "step (a slice's hosts checkpoint only a step they all reached)".format(

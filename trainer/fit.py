@@ -26,9 +26,10 @@ from trainer.compile_cache import CompileCache
 from trainer.config import TrainConfig, parse_profile_steps
 from trainer.divergence import check_model
 from trainer.errors import Preempted
+from trainer.job_totals import JobTotals
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
 from trainer.optim import build_optimizer
-from trainer.outputs import OutputPaths, RunOutputs
+from trainer.outputs import STOP, OutputPaths, RunOutputs
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
@@ -104,16 +105,22 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                    _Placement(sharding, devices.BoundaryVote(
                        topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes))))
+        checkpoints.this_process = lambda: _this_process(
+            run, checkpoints, outputs.steps_past_resume, spec.data.batch_size)
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                config.train_steps(steps_per_epoch), outputs.record,
                                counts.compiled, _input_setup(config, spec.data),
                                initial_total=restored_total)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
+        # A stop that ends the process from another thread (``stop_signal``: inside a long
+        # compile) lets the checkpoint write in flight land first.
+        scratch.enter_context(stop_signal.before_ending(checkpoints.writer.settle))
         with stop_signal.caught():
             finished = False
             try:
                 accuracy = run.all_epochs(progress)
+                stop_signal.stopping()  # training is over: the run ends, stopped or not
                 # Training is over: no data worker outlives it (one that died while the
                 # model is written would fail a finished run).
                 spec.data.close()
@@ -129,13 +136,15 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         trained = to_cpu(model.state_dict(), xla.to_host)
         check_model(trained, state.global_step)  # model.pt and the summary: numbers only
         outputs.save_model(trained)
+        job = checkpoints.job_totals()
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
                             spec.data.batch_size, accuracy, counts, started, cache.report(),
                             PhaseTimes(run.eval_seconds, checkpoints.seconds))
         summary.update(devices=topology.devices, devices_found=topology.found,
                        processes=topology.process_count, batch_size_per_device=config.batch_size,
                        global_batch=spec.data.batch_size,
-                       learning_rate=steps.learning_rate.peak, precision=config.precision)
+                       learning_rate=steps.learning_rate.peak, precision=config.precision,
+                       job=job.summary(outputs.stops))
         outputs.write_summary(summary)
     return summary
 
@@ -226,7 +235,11 @@ class _Run:
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
         accuracy: Dict[str, float] = {}
-        while state.epoch < self.epochs and state.global_step < self.train_steps:
+        # A run stopped after an epoch's last step (the run's last included) resumes inside
+        # that epoch with no step left: it still ends that epoch (its count, checkpoint and
+        # evaluation), as the run that was not stopped did.
+        while state.epoch < self.epochs and (state.global_step < self.train_steps
+                                             or state.step_in_epoch > 0):
             accuracy = self.epoch(hooks)
         if not accuracy:  # resumed from the last epoch's checkpoint: its figures, again
             accuracy = self.evaluate_epoch()
@@ -242,6 +255,7 @@ class _Run:
         if train_epoch(self.steps, self.placement.loader(batches, self.steps, loop_cuts=True,
                                                          fixed=self.data.fixed_batch()),
                        state, hooks):
+            self.record_stop()
             raise _stopped("", self.checkpoints.save_final(state, self.outputs), state,
                            self.resume)
         state.epoch += 1
@@ -274,6 +288,11 @@ class _Run:
         if (by_steps or by_clock) and not at_epoch_end:
             self.checkpoints.save(state, self.outputs)
 
+    def record_stop(self) -> None:
+        """A metrics line for the stop at this step: the job's summary counts them."""
+        self.outputs.record(STOP, {"signal": stop_signal.name() if stop_signal.received()
+                                   else "another host"}, self.state.global_step)
+
     def saves_after(self, finished: int) -> bool:
         """Whether the run checkpoints once ``finished`` epochs have trained."""
         every = self.config.checkpoint_epochs
@@ -291,6 +310,7 @@ class _Run:
                             self.placement.vote.input_wait)
         self.eval_seconds += time.perf_counter() - started
         if accuracy is None:
+            self.record_stop()
             self.outputs.flush()
             # Saved before the evaluation (in the background: waited for here), or now.
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
@@ -298,6 +318,23 @@ class _Run:
         _log_epoch(state, accuracy, self.outputs)
         self.outputs.flush(background=True)
         return accuracy
+
+
+def _this_process(run: "_Run", checkpoints: RunCheckpoints, steps_redone: int,
+                  batch_size: int) -> JobTotals:
+    """What this process has added to the job's totals so far."""
+    clock = run.state.clock
+    first = clock.to_first_step
+    return JobTotals(
+        processes=1, resumes=int(checkpoints.resumed), training_seconds=clock.seconds,
+        evaluation_seconds=run.eval_seconds, checkpoint_seconds=checkpoints.seconds,
+        compile_seconds=run.counts.compile_seconds(),
+        restore_seconds=checkpoints.restore_seconds,
+        restart_seconds=first if first is not None and checkpoints.resumed else 0.0,
+        steps_trained=clock.steps, steps_redone=steps_redone,
+        steady_steps=clock.steady_steps, steady_examples=clock.steady_steps * batch_size,
+        steady_seconds=clock.steady_seconds,
+        to_first_step_seconds=[] if first is None else [round(first, 3)])
 
 
 def _stop_requested(checkpoints: RunCheckpoints) -> Callable[[], bool]:
@@ -323,6 +360,7 @@ def _stopped(during: str, checkpoint: Optional[str], state: LoopState,
 
 def _preempted(message: str, hint: str) -> Preempted:
     """A stop's error, with the exit code of the signal received (Ctrl-C: 130)."""
+    stop_signal.stopping()
     return Preempted(message, hint, exit_code=stop_signal.exit_code())
 
 

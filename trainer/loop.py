@@ -19,6 +19,7 @@ import torch
 
 from trainer import stop_signal, xla
 from trainer.devices import NEITHER, Agreed
+from trainer.job_totals import process_age
 from trainer.steps import Steps
 
 
@@ -39,6 +40,8 @@ class StepClock:
     waited: float = 0.0
     # The longest of those waits since the reader last set it to 0 (``progress``: a stall).
     longest_wait: float = 0.0
+    # Seconds from the process's start to the end of its first step (``job_totals``).
+    to_first_step: Optional[float] = None
 
     def next_batch(self, batches: Iterator) -> Optional[Any]:
         """The next item of ``batches`` (None at their end), the time it took counted as
@@ -157,6 +160,14 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
             # Run the step, and the closure after it, now: where the loader's sync would cut
             # the same graph anyway (lazy path), or would never come (compiled path).
             xla.sync()
+        if state.clock.steps == 1:
+            # Until the first step since the start has run, a stop has nothing to save and
+            # ends the process at once, even inside this step's compile (``stop_signal``);
+            # from then on it checkpoints. Waited for once, here.
+            xla.sync()
+            xla.wait()
+            stop_signal.step_trained()
+            state.clock.to_first_step = process_age()
         agreed = hooks.decide()
         if agreed.stop:
             xla.sync()

@@ -48,6 +48,7 @@ log = logging.getLogger("trainer")
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 MODEL = "model.pt"
+STOP = "stop"  # the kind of the metrics line a stop leaves (``RunOutputs.record``)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ class RunOutputs:
                  hypertune_tag: str = "accuracy", writes: bool = True,
                  uploads: Optional[BackgroundWriter] = None) -> None:
         self.writes = writes
+        self.steps_past_resume = 0  # set from the metrics (``_start_metrics``)
+        self.stops = 0
         paths = paths if writes else OutputPaths()
         self.paths = paths
         self.hypertune_tag = hypertune_tag
@@ -171,6 +174,11 @@ class RunOutputs:
         # after them; a run with no checkpoint (resume_step 0) drops all of them too.
         kept = [line for line in previous if _step_of(line) is not None
                 and _step_of(line) <= resume_step]
+        # The steps a process trained past this checkpoint before it ended, as far as its
+        # lines say (every --log_steps): this run trains them again (``job_totals``).
+        self.steps_past_resume = max([0] + [_step_of(line) - resume_step for line in previous
+                                            if (_step_of(line) or 0) > resume_step])
+        self.stops = sum(_kind_of(line) == STOP for line in kept)
         if in_place and kept == previous:
             _append(path, "")  # appending continues the file as it is; fail now, not later
             return path
@@ -189,7 +197,9 @@ class RunOutputs:
         return self._tensorboard_local if self._writer is not None else None
 
     def record(self, kind: str, values: Dict[str, Any], step: int) -> None:
-        """One metrics line ({"kind", "step", ...values}) and TensorBoard scalars."""
+        """One metrics line ({"kind", "step", ...values}) and TensorBoard scalars. Kind
+        ``STOP``: the job was stopped at ``step`` (counted in ``stops``)."""
+        self.stops += kind == STOP
         if self._metrics_path is not None:
             line = json.dumps(dict({"kind": kind, "step": step}, **values), sort_keys=True)
             _append(self._metrics_path, line + "\n")
@@ -310,6 +320,13 @@ def _copy_changed(source: str, target: str, copied: Dict[str, int]) -> str:
             path = os.path.join(folder, name)
             _copy_changed(path, os.path.join(target, os.path.relpath(path, source)), copied)
     return target
+
+
+def _kind_of(line: str) -> Optional[str]:
+    try:
+        return json.loads(line).get("kind")
+    except (ValueError, AttributeError):
+        return None
 
 
 def _step_of(line: str) -> Optional[int]:

@@ -16,12 +16,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from trainer import xla
+from trainer import stop_signal, xla
 from trainer.checkpoint_writer import BackgroundWriter
 from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
 from trainer.devices import ONE_DEVICE, Topology
 from trainer.divergence import check_loss, check_state
 from trainer.errors import EX_USAGE, DataError, TrainerError
+from trainer.job_totals import JobTotals
 from trainer.loop import LoopState
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
 from trainer.steps import Steps
@@ -47,6 +48,12 @@ class RunCheckpoints:
         self.saved_step = -1  # the step of the last checkpoint handed to the writer
         self.saved_at = time.monotonic()  # when it was (or when the run started)
         self.seconds = 0.0  # spent on the loop's path: copies to the host, waits for writes
+        self.resumed = False  # restored from a checkpoint
+        self.restore_seconds = 0.0
+        # The job's totals up to the checkpoint restored, and this process's own, which the
+        # run sets (``fit``): each checkpoint carries their sum.
+        self.job_before = JobTotals()
+        self.this_process: Callable[[], JobTotals] = JobTotals
 
     @classmethod
     def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps,
@@ -67,6 +74,7 @@ class RunCheckpoints:
         """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
         any; returns the running loss total it had (0 for a fresh run). A checkpoint of another
         model stops the run (exit 65) before anything is overwritten."""
+        started = time.perf_counter()
         restored = self.store.load_latest() if self.store is not None else None
         if restored is None:
             return 0.0
@@ -92,6 +100,8 @@ class RunCheckpoints:
         # at its last step left to do, writes nothing (it rewrote the same state, 205 MB for
         # ResNet-50, inside the grace window).
         self.saved_step = state.global_step
+        self.job_before = JobTotals.from_checkpoint(saved.get("job_totals"))
+        self.resumed, self.restore_seconds = True, time.perf_counter() - started
         log.info("resumed from %s: epoch %d, step %d", self.store.uri(step), state.epoch + 1,
                  state.global_step)
         return total
@@ -175,7 +185,8 @@ class RunCheckpoints:
                 "global_batch": self.global_batch or None,
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
-                "torch_rng": torch.get_rng_state()})
+                "torch_rng": torch.get_rng_state(),
+                "job_totals": self.job_totals().as_dict()})
             # The metrics up to this step land before the checkpoint does: same thread, first.
             upload = outputs.staged_upload()
             step = state.global_step  # the thread must not read ``state``: training goes on
@@ -193,6 +204,10 @@ class RunCheckpoints:
         self.seconds += time.perf_counter() - started
         return uri
 
+    def job_totals(self) -> JobTotals:
+        """The job's totals now: the restored checkpoint's plus this process's."""
+        return self.job_before.plus(self.this_process())
+
     def clock_due(self, minutes: float) -> Callable[[], bool]:
         """This process's own view of ``--checkpoint_minutes``: whether ``minutes`` have
         passed since its last checkpoint (or its start). Never, for 0 or with no job dir.
@@ -205,6 +220,7 @@ class RunCheckpoints:
         """The checkpoint of ``state``, durable when this returns (SIGTERM): the one already
         saved (or restored from) at this step once its write has finished, else a new one
         written now."""
+        stop_signal.stopping()  # no deadline cuts this write short (``stop_signal``)
         return self.save(state, outputs, wait=True)
 
     def finish(self) -> None:

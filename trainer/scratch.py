@@ -52,6 +52,13 @@ def release(path: str) -> None:
         os.close(owner)
 
 
+def release_all() -> None:
+    """``release`` every folder this process holds (a process that ends without its
+    owners' cleanup: ``stop_signal``)."""
+    for path in list(_held):
+        release(path)
+
+
 def remove_stale() -> None:
     """Delete the working folders in ``$TMPDIR`` whose owner has ended."""
     for path in glob.glob(os.path.join(tempfile.gettempdir(), PREFIX + "*")):

@@ -22,6 +22,22 @@ signal to any thread (torch_xla's loader threads, say), and Python runs its hand
 main thread only once that thread runs again: a main thread blocked in a wait would not. So
 the handlers also write to a wakeup pipe (``signal.set_wakeup_fd``), whose reader thread
 wakes a waiting main thread with a SIGALRM of its own (``pthread_kill``).
+
+**The trainer process ends at once when a stop has nothing to save.** Until the first step
+since the start (or the restore) has been trained (``step_trained``), a checkpoint would only
+repeat the one the run started from, so a stop ends the trainer process (``catch_sigterm``'s,
+never an in-process caller's) at once: exit 143 (130), no checkpoint, whatever the main thread
+is doing. That includes the first step's compile, one C++ call of seconds to minutes in which
+Python runs no handler on the main thread: XLA releases the GIL while it compiles, so the
+wakeup reader thread, which gets every signal's number through the pipe, ends the process
+itself. Once a step has trained, the loop stops at its next step boundary and checkpoints; if
+the main thread has not begun that stop (``stopping``) ``DEADLINE_S`` after the signal (still
+inside a later compile, say the first evaluation's), the reader's deadline thread ends the
+process without a checkpoint at this step, after the background write in flight (if any) has
+landed: a GKE Spot node kills the pod about 15 s after its SIGTERM, mid-write otherwise.
+Either way ``before_ending``'s callbacks run first; the data workers are sent SIGTERM (they
+exit at their parent's) and the run's working folders in ``$TMPDIR`` are deleted (what is
+left, the next start removes, as after a kill: ``scratch``).
 """
 
 from __future__ import annotations
@@ -32,14 +48,25 @@ import signal
 import sys
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, List, Optional
 
 STOPS = (signal.SIGTERM, signal.SIGINT)
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}  # 128 + the signal, as shells report
+# Seconds from a stop signal to the end of a trainer process whose main thread has not begun
+# its stop by then (inside a long compile): 2 s less than the 10 s promised (docs/trainers.md),
+# for the write in flight to land and the workers to end.
+DEADLINE_S = 8.0
 
 _received: Optional[int] = None  # the first stop signal's number
 _received_at = 0.0  # when (time.monotonic())
 _waiting: Optional[float] = None  # inside ``interruptible``: its grace in seconds
+_noted = threading.RLock()  # the main thread's handler and the wakeup reader both note a stop
+_ends_process = False  # this is the trainer process (``catch_sigterm``): a stop may end it
+_trained = False  # a step has been trained since the start (or the restore)
+_stopping = False  # the main thread has begun its stop (its checkpoint, or its error)
+_deadline_set = False
+_ending = threading.Lock()  # held by the thread that ends the process
+_before_ending: List[Callable[[], None]] = []
 
 
 class Stopped(Exception):
@@ -47,18 +74,99 @@ class Stopped(Exception):
 
 
 def _on_stop(signum: int, frame: object) -> None:
-    global _received, _received_at
-    if _received is None:
-        _received, _received_at = signum, time.monotonic()
-        # Logging may not be configured yet; one plain line, like the trainer's others.
-        sys.stderr.write("{}: stopping at the next step boundary, then checkpointing{}\n".format(
-            name(), " (Ctrl-C again to stop at once, without one)"
-            if signum == signal.SIGINT else ""))
-        sys.stderr.flush()
+    _note(signum)
     if signum == signal.SIGINT:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # the second Ctrl-C ends it at once
     if _waiting is not None:
         _stop_waiting(_waiting)
+
+
+def _note(signum: int) -> None:
+    """Record the first stop signal (in whichever thread sees it first) and act on it: end
+    the trainer process at once while nothing has trained, else say where it stops and set
+    its deadline."""
+    global _received, _received_at
+    with _noted:
+        first = _received is None
+        if first:
+            _received, _received_at = signum, time.monotonic()
+    if _ends_process and not _trained:
+        _end_process("before training resumed: no step had trained since the start, so "
+                     "there was nothing to checkpoint", "the platform restarts the job, "
+                     "which starts again where this one started")
+    if first:
+        # Logging may not be configured yet; one plain line, like the trainer's others.
+        _write("{}: stopping at the next step boundary, then checkpointing{}\n".format(
+            name(), " (Ctrl-C again to stop at once, without one)"
+            if signum == signal.SIGINT else ""))
+    if _ends_process:
+        _set_deadline()
+
+
+def _set_deadline() -> None:
+    """Once: a thread that ends the process ``DEADLINE_S`` after the signal unless the main
+    thread has begun its stop by then."""
+    global _deadline_set
+    with _noted:
+        if _deadline_set:
+            return
+        _deadline_set = True
+    threading.Thread(target=_end_at_deadline, name="stop-signal-deadline", daemon=True).start()
+
+
+def _end_at_deadline() -> None:
+    time.sleep(max(0.0, _received_at + DEADLINE_S - time.monotonic()))
+    if not _stopping:
+        _end_process("while the trainer was still inside one call (a compile) {:g} s after "
+                     "it: no new checkpoint".format(DEADLINE_S),
+                     "the platform restarts the job, which resumes from the newest "
+                     "checkpoint; a Spot VM's notice (about 15 s) leaves no time to wait for "
+                     "the call to end")
+
+
+def _end_process(why: str, hint: str) -> None:
+    """End the process now with the stop's exit code, after ``before_ending``'s callbacks,
+    the data workers and the working folders; in any thread. A second caller (the main
+    thread's handler and the reader at once) waits for the first to end it."""
+    if not _ending.acquire(blocking=False):
+        threading.Event().wait()
+    for callback in list(_before_ending):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - a cleanup that fails must not keep the process
+            pass
+    _end_workers_and_folders()
+    _write("Preempted: stopped by {} {}\nHINT: {}\n".format(name(), why, hint))
+    os._exit(exit_code())
+
+
+def _end_workers_and_folders() -> None:
+    """SIGTERM to every child process this one started (data workers exit at their parent's
+    SIGTERM), and the run's working folders in ``$TMPDIR`` deleted. Nothing is imported
+    here: the main thread may be halfway through importing these very modules (a stop
+    during start-up), and a module that was not imported has started nothing."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    scratch = sys.modules.get("trainer.scratch")
+    try:
+        for child in multiprocessing.active_children() if multiprocessing else ():
+            try:
+                child.terminate()
+            except OSError:
+                pass
+        if scratch is not None:
+            scratch.release_all()
+            scratch.remove_library_folders()  # torch's own, as ``cli.exit_process`` does
+    except Exception:  # noqa: BLE001 - half-imported, say: the next start cleans up instead
+        pass
+
+
+def _write(text: str) -> None:
+    """``text`` to stderr in one write, without the lock of ``sys.stderr`` (which the main
+    thread may hold while it waits)."""
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
 
 
 def _on_alarm(signum: int, frame: object) -> None:
@@ -107,6 +215,10 @@ def _read_wakeups(read: int, main: int) -> None:
         numbers = os.read(read, 64)  # one byte per signal: its number
         if not numbers:
             return
+        stopped = [number for number in numbers if number in stops]
+        if stopped:
+            # The main thread may be inside a long call (a compile) that runs no handler.
+            _note(stopped[0])
         grace = _waiting
         if grace is None:  # the main thread runs the handler itself, soon
             continue
@@ -121,8 +233,11 @@ def _install() -> None:
 
 
 def catch_sigterm() -> None:
-    """From now on SIGTERM and SIGINT set the flag instead of ending the process; one that
-    was pending (blocked by the launcher across its exec) is delivered now."""
+    """From now on SIGTERM and SIGINT set the flag instead of ending the process (except
+    while nothing has trained, or past the deadline: above); one that was pending (blocked by
+    the launcher across its exec) is delivered now."""
+    global _ends_process
+    _ends_process = True
     for number in STOPS:
         signal.signal(number, _on_stop)
     _install()
@@ -161,6 +276,31 @@ def interruptible(grace: float = 0.0) -> Iterator[None]:
 
 def received() -> bool:
     return _received is not None
+
+
+def step_trained() -> None:
+    """A step has been trained since the start (or the restore): a stop now checkpoints."""
+    global _trained
+    _trained = True
+
+
+def stopping() -> None:
+    """The main thread has begun its stop (it checkpoints, or raises the stop's error): the
+    deadline no longer ends the process."""
+    global _stopping
+    _stopping = True
+
+
+@contextlib.contextmanager
+def before_ending(callback: Callable[[], None]) -> Iterator[None]:
+    """While inside, ``callback()`` (any thread; its error is ignored) runs before a stop
+    ends the process from the reader or the deadline thread: to let a checkpoint write in
+    flight land, say."""
+    _before_ending.append(callback)
+    try:
+        yield
+    finally:
+        _before_ending.remove(callback)
 
 
 def name() -> str:

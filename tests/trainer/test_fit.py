@@ -86,3 +86,73 @@ def test_fake_data_is_copied_to_the_devices_once_not_at_every_step():
 
     transfers(2)  # the process's first run may copy what later runs find on the device
     assert transfers(10) == transfers(30)
+
+
+def _digits(config, stop_at=None):
+    """Small random digits for an in-process MNIST run of ``config``; with ``stop_at``, a
+    SIGTERM arrives during training step ``stop_at`` (1-based), so that the loop stops right
+    after it, as a platform's stop between two steps would."""
+    import signal
+
+    import torch
+
+    from trainer import steps as step_functions
+    from trainer.batches import TensorSource
+
+    generator = torch.Generator().manual_seed(4)
+    data = TensorSource(
+        torch.randn(48, 1, 28, 28, generator=generator), torch.randint(0, 10, (48,)),
+        torch.randn(16, 1, 28, 28, generator=generator), torch.randint(0, 10, (16,)),
+        batch_size=config.batch_size)
+    train = step_functions.Steps.train
+
+    def train_and_maybe_stop(self, step, x, y, loss_total):
+        if stop_at is not None and step + 1 == stop_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train(self, step, x, y, loss_total)
+
+    return data, train_and_maybe_stop
+
+
+def _mnist_in_process(job_dir, monkeypatch, flags, stop_at=None):
+    """The job's eval records (epoch, step) and its summary after one in-process run."""
+    import json
+
+    from trainer import mnist, steps, stop_signal
+    from trainer.config import TrainConfig
+    from trainer.errors import Preempted
+    from trainer.outputs import OutputPaths
+
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setattr(stop_signal, "_received", None)
+    config = TrainConfig(data_dir="unused", batch_size=8, log_steps=0, **flags)
+    data, train = _digits(config, stop_at)
+    monkeypatch.setattr(steps.Steps, "train", train)
+    try:
+        mnist.run(config, data_override=data, paths=OutputPaths.resolve(str(job_dir), {}))
+    except Preempted as stopped:
+        assert stop_at is not None and "at step {};".format(stop_at) in stopped.message
+        return None
+    records = [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((job_dir / "summary.json").read_text())
+    return ([(record["epoch"], record["step"]) for record in records if record["kind"] == "eval"],
+            summary["epochs"], summary["global_step"])
+
+
+@pytest.mark.parametrize("flags, stop_at", [
+    # The issue's case: stopped right after the run's last step (epoch 2's third).
+    (dict(num_epochs=2, num_steps=3), 6),
+    # --max_steps ends the run one step into epoch 3: stopped after that step.
+    (dict(num_epochs=5, num_steps=3, max_steps=7), 7),
+    # Evaluated every 2 epochs: stopped after an evaluated epoch's last step, and the run's.
+    (dict(num_epochs=4, num_steps=3, eval_every_epochs=2), 6),
+    (dict(num_epochs=4, num_steps=3, eval_every_epochs=2), 12),
+    # Stopped after an epoch's last step that is not evaluated.
+    (dict(num_epochs=3, num_steps=3, eval_every_epochs=2), 3),
+])
+def test_a_run_stopped_after_an_epochs_last_step_counts_its_epochs_as_one_never_stopped(
+        tmp_path, monkeypatch, flags, stop_at):
+    whole = _mnist_in_process(tmp_path / "whole", monkeypatch, flags)
+    assert _mnist_in_process(tmp_path / "stopped", monkeypatch, flags, stop_at) is None
+    resumed = _mnist_in_process(tmp_path / "stopped", monkeypatch, flags)
+    assert resumed == whole

@@ -78,6 +78,18 @@ def test_resume_drops_metric_lines_after_the_restored_step(tmp_path):
     assert steps == [5, 10, 15]
 
 
+def test_resume_counts_the_steps_logged_past_it_and_the_stops_before_it(tmp_path):
+    # A process stopped at step 5, resumed, logged up to step 15 and was killed; the run that
+    # resumes at step 10 trains steps 11 to 15 again (``job_totals``).
+    lines = [{"kind": "train", "step": 5}, {"kind": "stop", "step": 5, "signal": "SIGTERM"},
+             {"kind": "train", "step": 10}, {"kind": "train", "step": 15}]
+    (tmp_path / METRICS).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with RunOutputs(OutputPaths(model_dir=str(tmp_path)), resume_step=10) as outputs:
+        assert (outputs.steps_past_resume, outputs.stops) == (5, 1)
+        outputs.record("stop", {"signal": "SIGTERM"}, 12)
+        assert outputs.stops == 2
+
+
 def test_gcs_flush_uploads_only_what_changed(gcs):
     uri = "gs://{}/job".format(gcs.name)
     outputs = RunOutputs(OutputPaths.resolve(uri, {}))

@@ -116,21 +116,23 @@ def test_sigterm_as_pid_1_stops_with_a_whole_checkpoint(faulty_gcs, tmp_path, ph
         newest = max(blob.name for blob in gcs.list_blobs(prefix="job/checkpoints/"))
         assert newest == name
     else:
-        assert "before training resumed at step 0" in error
+        assert "before training resumed" in error
         assert phase in ("import", "data load", "compile"), error
 
 
 def test_a_sigterm_that_arrived_while_blocked_reaches_the_handler():
     # The launcher execs the trainer with SIGTERM blocked; catch_sigterm unblocks it, so one
-    # that arrived during the exec is delivered instead of lost.
+    # that arrived during the exec is delivered instead of lost. Nothing has trained yet, so
+    # the handler ends the process at once (the default action would end it with -15, and
+    # not at all as PID 1).
     code = ("import os, signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
             "os.kill(os.getpid(), signal.SIGTERM); "
             "from trainer import stop_signal; stop_signal.catch_sigterm(); "
-            "print(stop_signal.received(), signal.SIGTERM in signal.pthread_sigmask("
-            "signal.SIG_BLOCK, []))")
+            "print('not stopped')")
     result = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True,
                             text=True, timeout=60)
-    assert result.stdout.split() == ["True", "False"], result.stderr
+    assert result.returncode == 143 and not result.stdout, result.stderr
+    assert result.stderr.startswith("Preempted: stopped by SIGTERM before training resumed")
 
 
 class _SigtermDuringEvaluation(TensorSource):

@@ -33,7 +33,7 @@ from typing import Callable, ContextManager, Iterator, NamedTuple, Optional, Tup
 
 import torch
 
-from trainer import stop_signal, xla
+from trainer import restart, stop_signal, xla
 from trainer.batches import HostPart
 from trainer.config import parse_devices
 from trainer.errors import EX_USAGE, Preempted, TrainerError
@@ -182,7 +182,7 @@ SLICE_INPUT_GRACE_S = 5.0
 
 
 @contextlib.contextmanager
-def _given_up_after(grace: float) -> Iterator[None]:
+def _given_up_after(grace: float, resume: Optional[str]) -> Iterator[None]:
     try:
         with stop_signal.interruptible(grace):
             yield
@@ -192,8 +192,7 @@ def _given_up_after(grace: float) -> Iterator[None]:
             "stopped by {} after waiting {:g} s more for the next batch: no checkpoint at this "
             "step (a slice's hosts checkpoint only a step they all reached)".format(
                 stop_signal.name(), grace),
-            "the data reads stalled (see the input lines above); the platform restarts the "
-            "job, which resumes from the newest checkpoint",
+            "the data reads stalled (see the input lines above); " + restart.stop_hint(resume),
             exit_code=stop_signal.exit_code())
 
 
@@ -213,8 +212,12 @@ class BoundaryVote:
 
     def __init__(self, topology: Topology, local_stop: Callable[[], bool],
                  sharding: Optional[xla.BatchSharding], dev: torch.device,
-                 local_due: Callable[[], bool] = lambda: False) -> None:
+                 local_due: Callable[[], bool] = lambda: False,
+                 resume: Optional[str] = None) -> None:
         self.topology, self.local_stop, self.local_due = topology, local_stop, local_due
+        # What resumes the run (OutputPaths.resume; None: a platform restarts it), for the
+        # hint of a stop that gave up waiting for a stalled read.
+        self.resume = resume
         self.sharding, self.dev = sharding, dev
         self._pending: Optional[torch.Tensor] = None
 
@@ -235,7 +238,7 @@ class BoundaryVote:
         wrote a step the others did not reach."""
         if self.topology.process_count == 1:
             return stop_signal.interruptible(0.0)
-        return _given_up_after(SLICE_INPUT_GRACE_S)
+        return _given_up_after(SLICE_INPUT_GRACE_S, self.resume)
 
     def should_stop(self) -> bool:
         """``decide().stop``, for a loop that never checkpoints (evaluation)."""

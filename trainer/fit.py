@@ -104,7 +104,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                    _Records(outputs, counts, cache, profile),
                    _Placement(sharding, devices.BoundaryVote(
                        topology, _stop_requested(checkpoints), sharding, dev,
-                       checkpoints.clock_due(config.checkpoint_minutes))))
+                       checkpoints.clock_due(config.checkpoint_minutes), paths.resume)))
         checkpoints.this_process = lambda: _this_process(
             run, checkpoints, outputs.steps_past_resume, spec.data.batch_size)
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,

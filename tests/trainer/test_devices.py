@@ -166,3 +166,28 @@ def test_a_stop_during_an_input_wait_ends_it_at_once_alone_and_after_the_grace_o
     assert raised.value.exit_code == 143
     assert raised.value.message.startswith("stopped by SIGTERM after waiting 0.5 s more for "
                                            "the next batch: no checkpoint at this step")
+    assert "the platform restarts the job" in raised.value.hint  # resume None: on a platform
+
+
+def test_a_local_slice_given_up_on_a_stalled_read_says_what_resumes_it(monkeypatch):
+    # Run outside a platform (e.g. a multi-process run on one machine): nothing restarts it,
+    # so the hint is the command that resumes it, never "the platform restarts".
+    import signal
+    import time
+
+    from trainer import stop_signal
+    from trainer.errors import Preempted
+
+    monkeypatch.setattr(stop_signal, "_received", None)
+    monkeypatch.setattr(devices, "SLICE_INPUT_GRACE_S", 0.2)
+    resume = "make run RUN_ARGS='--job-dir=/tmp/run'"
+    vote = devices.BoundaryVote(devices.Topology(8, 8, 4, 0, 2), stop_signal.received, None,
+                                None, resume=resume)
+    with stop_signal.caught():
+        with pytest.raises(Preempted) as raised:
+            with vote.input_wait():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # a read that stalls past the grace
+    assert raised.value.hint == ("the data reads stalled (see the input lines above); "
+                                 "nothing restarts a local run: " + resume +
+                                 " resumes it from the checkpoint")

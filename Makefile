@@ -278,13 +278,15 @@ check-job: $(STAMP)
 # so in a paragraph that ends "... to select an already authenticated account to use.", and
 # names `gcloud auth login`: that is the fix then, not a push.
 image_lookup = $(if $(filter %-docker.pkg.dev,$(AR_HOST)),$(GCLOUD) artifacts docker images describe $(IMAGE_URI),$(DOCKER) manifest inspect $(IMAGE_URI))
+# Shell for a failed lookup whose stderr is in $$err: sets $$said (the tool's sentence) and,
+# where no gcloud account is logged in, says so in one line and exits 1 (make submit-gke's
+# digest lookup uses it too).
+lookup_said = said="$$(printf '%s\n' "$$err" | grep -m 1 '^ERROR:' || printf '%s\n' "$$err" | tail -n 1)";
+lookup_needs_login = $(lookup_said) case "$$err" in *"gcloud auth login"*) echo "make $@: gcloud could not ask the registry for IMAGE_URI $(IMAGE_URI): no account is logged in ($$said); HINT: run gcloud auth login (or gcloud config set account ACCOUNT), then make $@ again" >&2; exit 1 ;; esac;
 define require_pushed
 @err="$$($(image_lookup) 2>&1 >/dev/null)" || { \
-  said="$$(printf '%s\n' "$$err" | grep -m 1 '^ERROR:' || printf '%s\n' "$$err" | tail -n 1)"; \
-  case "$$err" in \
-    *"gcloud auth login"*) echo "make $@: gcloud could not ask the registry for IMAGE_URI $(IMAGE_URI): no account is logged in ($$said); HINT: run gcloud auth login (or gcloud config set account ACCOUNT), then make $@ again" >&2 ;; \
-    *) echo "make $@: IMAGE_URI $(IMAGE_URI) is not in its registry ($$said); HINT: push it first (make build push PROJECT=$(PROJECT) RUNTIME=$(RUNTIME)), or set IMAGE_URI to a pushed image" >&2 ;; \
-  esac; \
+  $(lookup_needs_login) \
+  echo "make $@: IMAGE_URI $(IMAGE_URI) is not in its registry ($$said); HINT: push it first (make build push PROJECT=$(PROJECT) RUNTIME=$(RUNTIME)), or set IMAGE_URI to a pushed image" >&2; \
   exit 1; }
 endef
 
@@ -344,6 +346,11 @@ GKE_JOB_NAME := $(GKE_JOB_NAME)
 GKE_CONTEXT ?= gke_$(PROJECT)_$(CLUSTER_LOCATION)_$(CLUSTER)
 # The JobSet make submit-gke created last (gke-status, gke-logs and gke-delete default to it).
 GKE_LAST_JOB := build/gke-last-job
+# What make gke-status, gke-logs and gke-delete need to reach the JobSet just created: the
+# cluster's kubectl context (PROJECT, REGION, CLUSTER, and the context's other parts where they
+# were given), the kubectl given, and the JobSet's name (the remembered one is overwritten by
+# the next submit).
+gke_follow_up_args = $(strip PROJECT=$(PROJECT) REGION=$(REGION) CLUSTER=$(CLUSTER) $(foreach var,CLUSTER_LOCATION GKE_CONTEXT KUBECTL,$(if $(filter file default,$(origin $(var))),,$(var)=$($(var)))) GKE_JOB_NAME=$(GKE_JOB_NAME))
 submit-gke: RUNTIME = pjrt
 submit-gke: $(STAMP)
 	$(call require,PROJECT)
@@ -352,7 +359,9 @@ submit-gke: $(STAMP)
 	@case "$(IMAGE_URI)" in \
 	  *@sha256:*) image="$(IMAGE_URI)" ;; \
 	  *) digest="$$($(GCLOUD) artifacts docker images describe "$(IMAGE_URI)" \
-	       --format='value(image_summary.digest)')" || digest=; \
+	       --format='value(image_summary.digest)' 2>build/registry-lookup.err)" || { \
+	       err="$$(cat build/registry-lookup.err)"; $(lookup_needs_login) digest=; }; \
+	     cat build/registry-lookup.err >&2; \
 	     case "$$digest" in \
 	       sha256:*) image="$$(echo "$(IMAGE_URI)" | sed -E 's,:[^:/]+$$,,')@$$digest" ;; \
 	       *) echo "error: IMAGE_URI=$(IMAGE_URI): the registry gave no digest for this tag" \
@@ -370,7 +379,7 @@ submit-gke: $(STAMP)
 	  $(KUBECTL) --context $(GKE_CONTEXT) create -f - < build/$(GKE_JOB_NAME).yaml && \
 	  echo $(GKE_JOB_NAME) > $(GKE_LAST_JOB) && \
 	  echo "submitted $(GKE_JOB_NAME): make gke-status / gke-logs / gke-delete" \
-	    "PROJECT=$(PROJECT) CLUSTER=$(CLUSTER)"; \
+	    "$(gke_follow_up_args)"; \
 	else \
 	  cat build/$(GKE_JOB_NAME).yaml; \
 	  echo "$(KUBECTL) not found; to submit the manifest above:"; \

@@ -94,6 +94,22 @@ def wait_for_line(process, needle: str, timeout: float = 180) -> None:
     raise AssertionError("the trainer never printed {!r}".format(needle))
 
 
+# What gcloud prints for any command while no account is logged in (gcloud auth list: none).
+NO_ACCOUNT = """ERROR: (gcloud.artifacts.docker.images.describe) You do not currently have an \
+active account selected.
+Please run:
+
+  $ gcloud auth login
+
+to obtain new credentials.
+
+If you have already logged in with a different account, run:
+
+  $ gcloud config set account ACCOUNT
+
+to select an already authenticated account to use."""
+
+
 def clean_environ(**extra: str) -> Dict[str, str]:
     """This process's environment without any platform variable, plus ``extra``."""
     # XLA_USE_SPMD is how torch_xla marks *this* process as SPMD (the spmd session's): a

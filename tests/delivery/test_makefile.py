@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, WRITES_THE_CHECKOUT, clean_environ
+from conftest import NO_ACCOUNT, REPO, WRITES_THE_CHECKOUT, clean_environ
 
 pytestmark = WRITES_THE_CHECKOUT
 
@@ -259,22 +259,6 @@ def test_a_submit_refuses_an_image_its_registry_does_not_have(tools, target, ext
         "make {}: IMAGE_URI {}:{} is not in its registry (ERROR: gcloud artifacts: NOT_FOUND); "
         "HINT: push it first (make build push PROJECT=my-proj RUNTIME={}), or set IMAGE_URI to "
         "a pushed image".format(target, AR, runtime, runtime))
-
-
-# What gcloud prints for any command while no account is logged in (gcloud auth list: none).
-NO_ACCOUNT = """ERROR: (gcloud.artifacts.docker.images.describe) You do not currently have an \
-active account selected.
-Please run:
-
-  $ gcloud auth login
-
-to obtain new credentials.
-
-If you have already logged in with a different account, run:
-
-  $ gcloud config set account ACCOUNT
-
-to select an already authenticated account to use."""
 
 
 @pytest.mark.parametrize("target, extra", SUBMITS)

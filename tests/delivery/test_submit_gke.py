@@ -1,8 +1,9 @@
 """make submit-gke: asks the registry (a recording stand-in for gcloud) for the digest of the
 pushed tag, checks the JobSet with that image, the name and JOB_ARGS filled in, writes it to
 build/, and pipes it to ``kubectl create -f -`` on the cluster's context (a recording stand-in
-for kubectl); a tag the registry does not know is refused with a hint, a digest given is used
-as it is; without kubectl it prints the manifest and the command; a broken template stops
+for kubectl), and says what make gke-status etc. need to reach it; a tag the registry does not
+know is refused with a hint, a lookup without a gcloud login says to log in, a digest given is
+used as it is; without kubectl it prints the manifest and the command; a broken template stops
 before kubectl. make gke-status and gke-delete reach kubectl for the JobSet
 submitted last, or the one GKE_JOB_NAME names (gke-logs: tests/delivery/test_gke_logs.py)."""
 
@@ -14,7 +15,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, WRITES_THE_CHECKOUT, clean_environ
+from conftest import NO_ACCOUNT, REPO, WRITES_THE_CHECKOUT, clean_environ
 
 pytestmark = WRITES_THE_CHECKOUT
 
@@ -26,9 +27,11 @@ stdin = sys.stdin.read() if "-f" in sys.argv else ""
 print(json.dumps({{"argv": sys.argv[1:], "stdin": stdin}}))' "$@" >> "{log}"
 [ -z "$KUBECTL_FAIL" ] || {{ echo 'Error from server (AlreadyExists)' >&2; exit 1; }}
 """
-# Records its argv; answers Artifact Registry's digest of a tag it knows (REGISTRY_TAGS).
+# Records its argv; answers Artifact Registry's digest of a tag it knows (REGISTRY_TAGS), or
+# fails with $GCLOUD_STDERR where that is set.
 GCLOUD = """#!/bin/sh
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "{log}"
+[ -z "$GCLOUD_STDERR" ] || {{ printf '%s\\n' "$GCLOUD_STDERR" >&2; exit 1; }}
 case " $REGISTRY_TAGS " in
   *" $5 "*) echo "{digest}" ;;
   *) echo "ERROR: not found" >&2; exit 1 ;;
@@ -106,6 +109,38 @@ def test_a_tag_the_registry_does_not_know_is_refused_with_a_hint(tools):
     assert error.startswith("error: IMAGE_URI=" + REPOSITORY + ":never-pushed: the registry "
                             "gave no digest")
     assert hint.startswith("HINT: make push PROJECT=my-proj RUNTIME=pjrt first")
+
+
+def test_a_lookup_without_a_gcloud_login_says_to_log_in(tools):
+    """Not "the registry gave no digest ... make push first": the tag may well be there;
+    gcloud's own sentence says what is missing (as make submit and submit-vertex say it)."""
+    result, kubectl, gcloud = tools("submit-gke", "GKE_JOB_NAME=test-no-login",
+                                    "JOB_ARGS=--data_dir=gs://b/d --job-dir=gs://b/j",
+                                    GCLOUD_STDERR=NO_ACCOUNT)
+    assert result.returncode != 0 and kubectl == [] and len(gcloud) == 1
+    assert [line for line in result.stderr.splitlines() if not line.startswith("make: ***")] == [
+        "make submit-gke: gcloud could not ask the registry for IMAGE_URI {}: no account is "
+        "logged in (ERROR: (gcloud.artifacts.docker.images.describe) You do not currently have "
+        "an active account selected.); HINT: run gcloud auth login (or gcloud config set account "
+        "ACCOUNT), then make submit-gke again".format(IMAGE)]
+
+
+def test_the_follow_up_command_printed_reaches_the_job_just_created(tools):
+    """The "submitted" line carries what names the cluster's context (here a zonal cluster
+    outside the default REGION) and the JobSet: typed as printed, gke-status reaches it."""
+    result, _, _ = tools("submit-gke", "REGION=europe-west4", "CLUSTER_LOCATION=europe-west4-b",
+                         "GKE_JOB_NAME=test-follow-up",
+                         "JOB_ARGS=--data_dir=gs://b/d --job-dir=gs://b/j")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("submitted")]
+    assert line == ("submitted test-follow-up: make gke-status / gke-logs / gke-delete "
+                    "PROJECT=my-proj REGION=europe-west4 CLUSTER=tpu-cluster "
+                    "CLUSTER_LOCATION=europe-west4-b GKE_JOB_NAME=test-follow-up")
+    result, kubectl, _ = tools("gke-status", *line.split(" gke-delete ")[1].split())
+    assert result.returncode == 0, result.stderr
+    assert [call["argv"][:2] for call in kubectl] == [
+        ["--context", "gke_my-proj_europe-west4-b_tpu-cluster"]] * 2
+    assert kubectl[0]["argv"][2:] == ["get", "jobset", "test-follow-up"]
 
 
 def test_a_digest_given_is_used_as_it_is(tools):

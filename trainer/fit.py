@@ -382,6 +382,7 @@ def _input_setup(config: TrainConfig, data: DataSource) -> InputSetup:
     workers = getattr(data, "workers", None)  # what the source chose (and logged)
     return InputSetup(config.fake_data, resolve_workers(config.num_workers, announce=False)
                       if workers is None else workers, host_cores(),
-                      data.decodes_images, host_device=xla.device_type() == "CPU")
+                      data.decodes_images, host_device=xla.device_type() == "CPU",
+                      memory_holds=getattr(data, "memory_holds", None))
 
 

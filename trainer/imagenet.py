@@ -101,12 +101,15 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
     from trainer.data.plan import SliceShape
     from trainer.data.shard_source import ShardSource
     from trainer.data.sources import open_source
-    from trainer.data.workers import resolve_workers
+    from trainer.data.workers import resolve_workers, worker_choice
 
-    workers = resolve_workers(config.num_workers, SliceShape(
-        host.count, topology.devices, batch, eval_batch, 1, config.image_size))
+    shape = SliceShape(host.count, topology.devices, batch, eval_batch, 1, config.image_size)
+    workers = resolve_workers(config.num_workers, shape)
     source = open_source(config.data_dir, config.image_size, batch, workers, config.seed,
                          eval_batch, host, devices=topology.devices)
+    # For the input-bound advice (trainer.fit._input_setup): never more workers than memory
+    # holds, whether they were chosen or given.
+    source.memory_holds = worker_choice(shape).memory_holds
     if isinstance(source, ShardSource):
         for line in source.plan_lines():  # what python -m trainer.data.plan prints
             log.info("data plan: %s", line)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -49,6 +49,9 @@ class InputSetup:
     # Whether the devices are this host's XLA CPU device: a batch's copy to it is a host
     # memcpy that waits only for the cores the steps are computing on.
     host_device: bool = False
+    # The most data workers this host's memory holds where that is fewer than its cores
+    # would run (trainer.data.workers.WorkerChoice.memory_holds); None: memory is no limit.
+    memory_holds: Optional[int] = None
 
     @property
     def can_starve(self) -> bool:
@@ -71,10 +74,20 @@ def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
     elif setup.workers <= 0:
         fix = ("decode in worker processes: --num_workers=-1 (one per core but the trainer's; this "
                "host has {} cores)".format(setup.cores))
+    elif setup.memory_holds is not None and setup.workers >= setup.memory_holds:
+        fix = ("the host's memory holds only {} data workers (now {}; this host has {} cores; "
+               "the start-up line \"data workers:\" says what each takes): a smaller "
+               "--batch_size (the step ring and the runs in flight shrink with it) leaves "
+               "room for more, or a host or container with more memory".format(
+                   setup.memory_holds, setup.workers, setup.cores))
     elif setup.workers < setup.cores - 1:
-        fix = ("more data workers: --num_workers={} (now {}; this host has {} cores; they "
+        more = setup.cores - 1
+        if setup.memory_holds is not None:
+            more = setup.memory_holds
+        fix = ("more data workers: --num_workers={} (now {}; this host has {} cores{}; they "
                "share one ring of step buffers in /dev/shm, whatever their number)".format(
-                   setup.cores - 1, setup.workers, setup.cores))
+                   more, setup.workers, setup.cores,
+                   "; its memory holds no more" if more < setup.cores - 1 else ""))
     else:
         fix = ("all {} cores of this host decode already ({} data workers): a host with more "
                "cores, or smaller images (resize them before make_shards; decoding time "

@@ -27,6 +27,15 @@ from trainer.progress import InputSetup, input_bound_advice
                               "ring of step buffers in /dev/shm"),
     (InputSetup(False, 7, 8), "all 8 cores of this host decode already (7 data workers): a host "
                               "with more cores, or smaller images"),
+    # Memory held only 3 of the 7 workers the cores would run (trainer.data.workers): no
+    # --num_workers past that; what frees memory, or more of it.
+    (InputSetup(False, 3, 8, memory_holds=3),
+     "the host's memory holds only 3 data workers (now 3; this host has 8 cores; the start-up "
+     "line \"data workers:\" says what each takes): a smaller --batch_size (the step ring and "
+     "the runs in flight shrink with it) leaves room for more, or a host or container with more "
+     "memory"),
+    (InputSetup(False, 2, 8, memory_holds=5), "more data workers: --num_workers=5 (now 2; this "
+                                              "host has 8 cores; its memory holds no more;"),
     # MNIST on an accelerator: arrays in memory, no workers; no advice about decoding or
     # make_shards.
     (InputSetup(False, 1, 2, decodes_images=False),
@@ -38,6 +47,8 @@ def test_the_advice_names_the_fix_that_applies_on_this_host(setup, fix):
     assert line.startswith("input-bound: the loop waited 34% of the last 20 steps for the "
                            "next batch; ")
     assert fix in line
+    if setup.memory_holds is not None:
+        assert "--num_workers={}".format(setup.cores - 1) not in line
     if not setup.decodes_images:
         assert not re.search(r"decode already|make_shards|--num_workers", line), line
 
@@ -178,3 +189,6 @@ def test_the_run_takes_the_advice_of_its_data_mnists_arrays_or_decoded_images(ph
     config = TrainConfig(data_dir="unused")
     assert not _input_setup(config, digits).decodes_images
     assert _input_setup(config, shards).decodes_images
+    assert _input_setup(config, shards).memory_holds is None
+    shards.memory_holds = 2  # as trainer.imagenet.build_data sets it where memory is the limit
+    assert _input_setup(config, shards).memory_holds == 2

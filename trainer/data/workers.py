@@ -126,6 +126,12 @@ class WorkerChoice:
         return self.by_memory is not None and self.by_memory < self.host.cores - 1
 
     @property
+    def memory_holds(self) -> Optional[int]:
+        """The most workers the memory holds where that is fewer than the cores would run
+        (the input-bound advice must not ask for more); None where memory is no limit."""
+        return max(0, self.by_memory or 0) if self.memory_bound else None
+
+    @property
     def total(self) -> int:
         """Bytes the trainer, the ring and ``workers`` workers take on the host (estimate)."""
         return self.fixed + self.workers * self.per_worker
@@ -165,6 +171,13 @@ def choose(host: Host, need: Tuple[int, int]) -> WorkerChoice:
     return WorkerChoice(max(1, workers), host, by_memory, fixed, per_worker)
 
 
+def worker_choice(shape: Optional[SliceShape]) -> WorkerChoice:
+    """``choose`` for this host and the data of ``shape`` (an ImageNet-like shard set's;
+    None: no memory need known)."""
+    need = data_memory(shape, IMAGENET_EXAMPLE_BYTES) if shape is not None else (0, 0)
+    return choose(this_host(), need)
+
+
 def resolve_workers(requested: int, shape: Optional[SliceShape] = None,
                     announce: bool = True) -> int:
     """``--num_workers``: -1 chooses (``choose`` for this host and the data of ``shape``, an
@@ -172,8 +185,7 @@ def resolve_workers(requested: int, shape: Optional[SliceShape] = None,
     process."""
     if requested >= 0:
         return requested
-    need = data_memory(shape, IMAGENET_EXAMPLE_BYTES) if shape is not None else (0, 0)
-    choice = choose(this_host(), need)
+    choice = worker_choice(shape)
     if announce:
         log.info("%s", choice.line())
     return choice.workers

@@ -148,3 +148,14 @@ def test_the_start_up_line_says_the_choice(caplog, monkeypatch):
     assert any(record.getMessage().startswith("data workers: {} (".format(count))
                for record in caplog.records)
     assert workers.resolve_workers(3) == 3 and workers.resolve_workers(0) == 0
+
+
+def test_the_advice_learns_how_many_workers_memory_holds_only_where_it_is_the_limit():
+    # 16 cores and room for 4 workers: memory decides (the advice must not ask for 15);
+    # room for thousands: the cores decide, and memory is no limit to report.
+    fixed, per_worker = GB, GB // 2
+    tight = choose(workers.Host(16, fixed + 4 * per_worker + 1), (fixed, per_worker))
+    assert (tight.workers, tight.memory_holds) == (4, 4)
+    roomy = choose(workers.Host(16, 1000 * GB), (fixed, per_worker))
+    assert (roomy.workers, roomy.memory_holds) == (15, None)
+    assert choose(workers.Host(16, 0), (fixed, per_worker)).memory_holds is None  # unknown

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 
-from trainer import scratch, storage
+from trainer import scratch, stop_signal, storage
 from trainer.config import FLAGS, TrainConfig, config_from_flags, normalize_argv
 from trainer.errors import EX_USAGE, TrainerError
 from trainer.outputs import OutputPaths
@@ -38,7 +38,7 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
         print(help_text)
         return 0
     try:
-        _configure_storage(os.environ)
+        _configure_retries_and_deadlines(os.environ)
         _configure_shared_memory(os.environ)
         config = parse_config(argv)
         _size_host_threads()
@@ -115,16 +115,21 @@ def parse_config(argv: List[str], flag_values: Any = FLAGS) -> TrainConfig:
     return config_from_flags(flag_values)
 
 
-def _configure_storage(environ: Mapping[str, str]) -> None:
+def _configure_retries_and_deadlines(environ: Mapping[str, str]) -> None:
     """``TRAINER_GCS_RETRY_DEADLINE``: seconds one GCS operation keeps retrying (positive);
     ``TRAINER_GCS_REFUSAL_RETRY``: seconds after a process's first GCS request in which a
-    refusal (401/403, a missing bucket) is still retried (0: final at once)."""
+    refusal (401/403, a missing bucket) is still retried (0: final at once);
+    ``TRAINER_STOP_DEADLINE``: seconds from a stop signal to the end of a process still
+    inside one long call (``stop_signal.DEADLINE_S``)."""
     deadline = _seconds(environ, "TRAINER_GCS_RETRY_DEADLINE", "300", zero_allowed=False)
     if deadline is not None:
         storage.RETRY_DEADLINE_S = deadline
     refusal = _seconds(environ, "TRAINER_GCS_REFUSAL_RETRY", "20", zero_allowed=True)
     if refusal is not None:
         storage.REFUSAL_RETRY_S = refusal
+    deadline = _seconds(environ, "TRAINER_STOP_DEADLINE", "8", zero_allowed=False)
+    if deadline is not None:
+        stop_signal.DEADLINE_S = deadline
 
 
 def _seconds(environ: Mapping[str, str], name: str, example: str,

@@ -57,6 +57,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
     (also written to the job dir). The run's local working folders are deleted when it ends,
     however it ends."""
     started = time.time()
+    stop_signal.resume_with(paths.resume)  # the hints of a stop that ends the process at once
     topology = topology or devices.detect(config.devices)
     writes = topology.writes_outputs
     with contextlib.ExitStack() as scratch:
@@ -130,6 +131,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                 if profile is not None and (finished or stop_signal.received()):
                     profile.stop()  # stopped inside the window: what it captured
                 if not finished:  # failing already: that error is the one reported
+                    stop_signal.stopping()  # and no stop's exit code replaces it
                     checkpoints.abandon()
                 outputs.flush()
                 cache.save()
@@ -289,7 +291,9 @@ class _Run:
             self.checkpoints.save(state, self.outputs)
 
     def record_stop(self) -> None:
-        """A metrics line for the stop at this step: the job's summary counts them."""
+        """A metrics line for the stop at this step: the job's summary counts them. The stop
+        has begun: no deadline ends the process while it checkpoints (``stop_signal``)."""
+        stop_signal.stopping()
         self.outputs.record(STOP, {"signal": stop_signal.name() if stop_signal.received()
                                    else "another host"}, self.state.global_step)
 

@@ -167,6 +167,11 @@ class RunCheckpoints:
             if wait:
                 self.finish()
             return self.store.uri(state.global_step)
+        with stop_signal.saving():  # a stop's deadline waits for it (``stop_signal``)
+            return self._save_now(state, outputs, wait)
+
+    def _save_now(self, state: LoopState, outputs: RunOutputs, wait: bool) -> str:
+        """``save`` of a step not saved yet."""
         started = time.perf_counter()
         xla.sync()  # cut the step graph as the loader would, so the reads below compile nothing
         # Every process reads the same replicated loss: a diverged run stops on all of them.

@@ -10,8 +10,10 @@ hands the previous handlers back afterwards (for callers that train in-process);
 never touches the device.
 
 Ctrl-C is a stop like SIGTERM (a checkpoint at the step reached), reported with exit 130
-instead of 143; a second Ctrl-C ends the process at once (the default action is back after
-the first).
+instead of 143; a second Ctrl-C ends the trainer process at once, without that checkpoint
+(the wakeup reader counts them, so it does so inside a compile too, and as PID 1, which the
+kernel shields from a signal's default action); an in-process caller gets the default
+action back after the first.
 
 Between steps the loop may wait for its next batch for as long as a storage outage lasts.
 While it does, it waits inside ``interruptible(grace)``: a stop signal then raises
@@ -31,10 +33,14 @@ is doing. That includes the first step's compile, one C++ call of seconds to min
 Python runs no handler on the main thread: XLA releases the GIL while it compiles, so the
 wakeup reader thread, which gets every signal's number through the pipe, ends the process
 itself. Once a step has trained, the loop stops at its next step boundary and checkpoints; if
-the main thread has not begun that stop (``stopping``) ``DEADLINE_S`` after the signal (still
-inside a later compile, say the first evaluation's), the reader's deadline thread ends the
-process without a checkpoint at this step, after the background write in flight (if any) has
-landed: a GKE Spot node kills the pod about 15 s after its SIGTERM, mid-write otherwise.
+the main thread has neither begun that stop (``stopping``) nor is writing a checkpoint
+(``saving``) ``DEADLINE_S`` after the signal (still inside a later compile, say the first
+evaluation's), the reader's deadline thread ends the process without a checkpoint at this
+step, after the background write in flight (if any) has landed: a GKE Spot node kills the pod
+about 15 s after its SIGTERM, mid-write otherwise. ``TRAINER_STOP_DEADLINE`` sets
+``DEADLINE_S`` (``trainer.cli``) for a platform whose notice is longer. A run that ends on an
+error calls ``stopping`` too, so a stop then cannot replace its error's exit code. The hints
+name what restarts the run (``resume_with``: ``trainer.restart``).
 Either way ``before_ending``'s callbacks run first; the data workers are sent SIGTERM (they
 exit at their parent's) and the run's working folders in ``$TMPDIR`` are deleted (what is
 left, the next start removes, as after a kill: ``scratch``).
@@ -50,11 +56,13 @@ import threading
 import time
 from typing import Callable, Iterator, List, Optional
 
+from trainer import restart
+
 STOPS = (signal.SIGTERM, signal.SIGINT)
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}  # 128 + the signal, as shells report
 # Seconds from a stop signal to the end of a trainer process whose main thread has not begun
 # its stop by then (inside a long compile): 2 s less than the 10 s promised (docs/trainers.md),
-# for the write in flight to land and the workers to end.
+# for the write in flight to land and the workers to end. ``TRAINER_STOP_DEADLINE`` overrides it.
 DEADLINE_S = 8.0
 
 _received: Optional[int] = None  # the first stop signal's number
@@ -64,6 +72,11 @@ _noted = threading.RLock()  # the main thread's handler and the wakeup reader bo
 _ends_process = False  # this is the trainer process (``catch_sigterm``): a stop may end it
 _trained = False  # a step has been trained since the start (or the restore)
 _stopping = False  # the main thread has begun its stop (its checkpoint, or its error)
+_saving = False  # the main thread is writing a checkpoint (``saving``)
+_interrupts = 0  # SIGINTs the wakeup reader has seen: the second ends the process
+# What restarts the run, for the hints of the exits below (``restart.resume_command``):
+# until ``resume_with`` names the job dir, the platform's restart or "the same command".
+_resume: Optional[str] = restart.resume_command(None, os.environ)
 _deadline_set = False
 _ending = threading.Lock()  # held by the thread that ends the process
 _before_ending: List[Callable[[], None]] = []
@@ -75,8 +88,10 @@ class Stopped(Exception):
 
 def _on_stop(signum: int, frame: object) -> None:
     _note(signum)
-    if signum == signal.SIGINT:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # the second Ctrl-C ends it at once
+    if signum == signal.SIGINT and not _ends_process:
+        # In-process callers: the second Ctrl-C ends it at once (the trainer process: the
+        # wakeup reader, ``_read_wakeups``).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     if _waiting is not None:
         _stop_waiting(_waiting)
 
@@ -90,10 +105,10 @@ def _note(signum: int) -> None:
         first = _received is None
         if first:
             _received, _received_at = signum, time.monotonic()
-    if _ends_process and not _trained:
+    if _ends_process and not _trained and not _stopping:
         _end_process("before training resumed: no step had trained since the start, so "
-                     "there was nothing to checkpoint", "the platform restarts the job, "
-                     "which starts again where this one started")
+                     "there was nothing to checkpoint",
+                     restart.stop_hint(_resume, checkpointed=False))
     if first:
         # Logging may not be configured yet; one plain line, like the trainer's others.
         _write("{}: stopping at the next step boundary, then checkpointing{}\n".format(
@@ -116,12 +131,13 @@ def _set_deadline() -> None:
 
 def _end_at_deadline() -> None:
     time.sleep(max(0.0, _received_at + DEADLINE_S - time.monotonic()))
-    if not _stopping:
+    # Writing a checkpoint, the main thread stops at the step boundary right after it.
+    if not _stopping and not _saving:
         _end_process("while the trainer was still inside one call (a compile) {:g} s after "
                      "it: no new checkpoint".format(DEADLINE_S),
-                     "the platform restarts the job, which resumes from the newest "
-                     "checkpoint; a Spot VM's notice (about 15 s) leaves no time to wait for "
-                     "the call to end")
+                     "{}; a Spot VM's notice (about 15 s) leaves no time to wait for the "
+                     "call to end (TRAINER_STOP_DEADLINE sets the wait)".format(
+                         restart.stop_hint(_resume)))
 
 
 def _end_process(why: str, hint: str) -> None:
@@ -219,12 +235,22 @@ def _read_wakeups(read: int, main: int) -> None:
         if stopped:
             # The main thread may be inside a long call (a compile) that runs no handler.
             _note(stopped[0])
+        _count_interrupts(numbers.count(int(signal.SIGINT)))
         grace = _waiting
         if grace is None:  # the main thread runs the handler itself, soon
             continue
         if stops.intersection(numbers) or (
                 _received is not None and time.monotonic() >= _received_at + grace):
             signal.pthread_kill(main, signal.SIGALRM)
+
+
+def _count_interrupts(count: int) -> None:
+    """The trainer process ends at once at its second Ctrl-C, without a checkpoint."""
+    global _interrupts
+    _interrupts += count
+    if _ends_process and _interrupts >= 2:
+        _end_process("twice (Ctrl-C again): at once, without a checkpoint at this step",
+                     restart.stop_hint(_resume))
 
 
 def _install() -> None:
@@ -285,10 +311,29 @@ def step_trained() -> None:
 
 
 def stopping() -> None:
-    """The main thread has begun its stop (it checkpoints, or raises the stop's error): the
-    deadline no longer ends the process."""
+    """The main thread has begun its stop (it checkpoints, or raises the stop's error), or
+    the run is ending otherwise (an error, its last step trained): neither the deadline nor
+    a stop before training ends the process any more (a second Ctrl-C still does)."""
     global _stopping
     _stopping = True
+
+
+@contextlib.contextmanager
+def saving() -> Iterator[None]:
+    """While inside, the main thread writes a checkpoint: the deadline does not end the
+    process (the loop stops at the step boundary right after it)."""
+    global _saving
+    _saving = True
+    try:
+        yield
+    finally:
+        _saving = False
+
+
+def resume_with(resume: Optional[str]) -> None:
+    """``resume``: what restarts this run (``restart.resume_command``), for the hints."""
+    global _resume
+    _resume = resume
 
 
 @contextlib.contextmanager

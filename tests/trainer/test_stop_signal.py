@@ -238,3 +238,79 @@ def test_a_stop_during_the_first_evaluations_compile_ends_the_run_within_10_s(tm
     # Where the compile outlasted the deadline, no new checkpoint; the epoch's is whole.
     newest = max(os.listdir(str(job / "checkpoints")))
     assert torch.load(str(job / "checkpoints" / newest), weights_only=False)["step"] >= 3
+
+
+# A trainer process whose main thread sits in one long C call, as in an XLA compile: libc's
+# sleep with the stop signals blocked in that thread, so that only the wakeup reader sees
+# them (Python runs no handler on a main thread inside C). ``BEFORE`` marks the state the
+# signal finds; the script prints "call ended" if the call was let finish.
+_LONG_CALL = """
+import ctypes, signal, sys, time
+from trainer import stop_signal
+stop_signal.DEADLINE_S = {deadline}
+stop_signal.catch_sigterm()
+{before}
+signal.pthread_sigmask(signal.SIG_BLOCK, set(stop_signal.STOPS))
+print("in the call", flush=True)
+with {context}:
+    ctypes.CDLL(None).sleep({seconds})
+print("call ended", flush=True)
+"""
+
+
+def _long_call(before="", context="open('/dev/null')", seconds=6, deadline=8.0):
+    script = _LONG_CALL.format(before=before, context=context, seconds=seconds,
+                               deadline=deadline)
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=str(REPO),
+                               env=clean_environ(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for_line(process, "in the call")
+    return process
+
+
+def test_a_second_ctrl_c_inside_a_long_call_ends_the_process_at_once():
+    # The first Ctrl-C after a step has trained waits for the step boundary (or the
+    # deadline, 8 s); the second ends the process at once, though no handler runs on the
+    # main thread (it was the 8 s deadline before: the second only reset SIGINT's handler,
+    # which the main thread never ran).
+    process = _long_call(before="stop_signal.step_trained()", seconds=30)
+    try:
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.5)  # two signals at once would merge into one
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    took = time.monotonic() - sent
+    assert process.returncode == 130, err
+    assert "Preempted: stopped by SIGINT twice" in err and "Traceback" not in err
+    # At once: well inside the 8 s deadline whatever the load (the bound is 2 s + 2 s).
+    assert took < 4, "exit {:.1f} s after the second Ctrl-C".format(took)
+
+
+def test_the_deadline_does_not_end_a_process_writing_a_checkpoint():
+    # A periodic checkpoint is being written (a slow upload) when SIGTERM comes: the
+    # deadline (1 s here) lets it finish, and the loop stops right after it.
+    process = _long_call(before="stop_signal.step_trained()", context="stop_signal.saving()",
+                         seconds=4, deadline=1.0)
+    try:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "call ended" in out, err
+
+
+def test_a_run_that_is_ending_is_not_ended_by_a_stop_before_training():
+    # No step trained, but the run is ending already (an error being reported, or its
+    # evaluation after a resume at its last step): a stop must not end it with 143, which
+    # would replace its own exit code and skip its last outputs.
+    process = _long_call(before="stop_signal.stopping()", seconds=3)
+    try:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "call ended" in out, err
+    assert "before training resumed" not in err

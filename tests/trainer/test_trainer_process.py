@@ -63,8 +63,10 @@ def test_help_prints_the_flags_and_exits_0():
     ("TRAINER_GCS_REFUSAL_RETRY", "-1", "non-negative"),
     ("TRAINER_GCS_REFUSAL_RETRY", "nan", "non-negative"),
     ("TRAINER_GCS_REFUSAL_RETRY", "inf", "non-negative"),
+    ("TRAINER_STOP_DEADLINE", "0", "positive"),
+    ("TRAINER_STOP_DEADLINE", "later", "positive"),
 ])
-def test_bad_gcs_retry_seconds_are_a_usage_error(name, value, kind):
+def test_bad_retry_and_deadline_seconds_are_a_usage_error(name, value, kind):
     returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", environ={name: value}))
     assert returncode == 64, err
     assert "{}={!r} is not a {} number".format(name, value, kind) in err

@@ -215,7 +215,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                          "2.x); empty: none",
         "keep_checkpoints": "how many newest checkpoints to keep",
         "hypertune_metric": "metric tag reported to hyperparameter tuning",
-        "model": "torchvision model name",
+        "model": "a torchvision classification model (resnet50, vit_b_16, convnext_tiny, ...) "
+                 "or your own as PACKAGE.MODULE:CALLABLE (docs/trainers.md)",
         "image_size": "training image size in pixels",
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
         "step_mode": "how steps run: auto (compiled where torch_xla >= 2.1 can, else lazy), "

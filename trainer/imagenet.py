@@ -27,7 +27,6 @@ from trainer import devices, models
 from trainer.batches import DataSource, FakeSource
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
-from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 

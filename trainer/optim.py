@@ -14,11 +14,12 @@ so they carry no scheduler state.
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from trainer.config import TrainConfig
+from trainer.errors import TrainerError
 
 
 class LearningRate:
@@ -87,3 +88,26 @@ def adamw(model: torch.nn.Module, rate: float, weight_decay: float) -> torch.opt
               {"params": [p for p in parameters if p.dim() <= 1], "weight_decay": 0.0}]
     return torch.optim.AdamW([group for group in groups if group["params"]], lr=rate,
                              betas=ADAMW_BETAS, eps=1e-8)
+
+
+def optimizer_name(state: Dict[str, Any]) -> Optional[str]:
+    """``--optimizer``'s value for a saved ``optimizer.state_dict()``: its groups' settings
+    tell (AdamW's betas, SGD's momentum); None for neither."""
+    groups = state.get("param_groups") or [{}]
+    if "betas" in groups[0]:
+        return "adamw"
+    if "momentum" in groups[0]:
+        return "sgd"
+    return None
+
+
+def check_resumable(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], uri: str) -> None:
+    """A usage error (64) where the checkpoint at ``uri`` holds the state of the other
+    ``--optimizer`` than this run's: loading it would fail with a traceback, or, where the
+    group counts happen to match, carry on with state that means something else."""
+    mine, theirs = optimizer_name(optimizer.state_dict()), optimizer_name(saved)
+    if theirs is not None and mine != theirs:
+        raise TrainerError("checkpoint {} was trained with --optimizer={}; this run has "
+                           "--optimizer={}".format(uri, theirs, mine),
+                           "resume with --optimizer={}, or start in a new --job_dir".format(
+                               theirs))

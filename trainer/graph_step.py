@@ -274,7 +274,8 @@ class AdamWRule:
         count = len(parameters)
         new_parameters, avgs, sqs = adamw_step(
             parameters, gradients, slots[:count], slots[count:],
-            counter.to(parameters[0].dtype)[0] + 1.0, rate, self.betas, self.eps, self.weight_decays)
+            counter.to(parameters[0].dtype)[0] + 1.0, rate, self.betas, self.eps,
+            self.weight_decays)
         return new_parameters, avgs + sqs
 
     def write(self, optimizer: torch.optim.Optimizer, parameters: Tensors, slots: Tensors,

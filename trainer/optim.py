@@ -1,6 +1,6 @@
 """The optimizer (``--optimizer``: SGD with momentum and weight decay, or AdamW with decoupled
-weight decay on every parameter but biases and normalization weights) and its learning rate: a linear warmup
-per step, then cosine decay to the end of the run.
+weight decay on every parameter but biases and normalization weights) and its learning rate: a
+linear warmup per step, then cosine decay to the end of the run.
 
 The rate is a pure function of the global step (``LearningRate.rate_at``), written with torch
 ops so that one definition serves both paths. The lazy path evaluates it on the host before

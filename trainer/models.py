@@ -92,7 +92,7 @@ def torchvision_names() -> Iterable[str]:
 
 
 def builder(name: str) -> Builder:
-    """The function ``(num_classes, image_size) -> Module`` that ``--model=name`` stands for;
+    """The ``Builder`` (``(num_classes, image_size) -> Module``) that ``--model=name`` names;
     a ``TrainerError`` for a name that builds nothing here."""
     if ":" in name:
         return _user_builder(name)

@@ -18,6 +18,10 @@ FLAGS = flags.FLAGS
 STEP_MODES = ("auto", "compiled", "lazy")
 # --precision: float32 throughout, or bfloat16 autocast of the forward pass (``trainer.xla``).
 PRECISIONS = ("fp32", "bf16")
+# --optimizer values, and AdamW's defaults where the flags are not given: DeiT's recipe
+# (Touvron et al. 2021): 5e-4 per 512 examples of global batch, weight decay 0.05.
+OPTIMIZERS = ("sgd", "adamw")
+ADAMW_DEFAULTS = {"lr": 5e-4, "lr_batch": 512, "weight_decay": 0.05}
 # --devices: every device the runtime sees, or a count (``trainer.devices`` decides).
 AUTO_DEVICES = "auto"
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
@@ -63,6 +67,7 @@ class TrainConfig:
     compile_cache: str = ""
     devices: str = AUTO_DEVICES
     precision: str = "fp32"
+    optimizer: str = "sgd"
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -110,6 +115,11 @@ class TrainConfig:
             raise TrainerError("--step_mode={!r} is not one of {}".format(
                 self.step_mode, ", ".join(STEP_MODES)),
                 "auto compiles the steps where torch_xla >= 2.1 can, else runs them lazily")
+        if self.optimizer not in OPTIMIZERS:
+            raise TrainerError("--optimizer={!r} is not one of {}".format(
+                self.optimizer, ", ".join(OPTIMIZERS)),
+                "sgd: SGD with momentum; adamw: AdamW (DeiT's defaults: --lr=0.0005 "
+                "--lr_batch=512 --weight_decay=0.05)")
         if self.precision not in PRECISIONS:
             raise TrainerError("--precision={!r} is not one of {}".format(
                 self.precision, ", ".join(PRECISIONS)),
@@ -187,6 +197,9 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "lr_batch": "the global batch --lr is for: the run's peak rate is lr x global batch / "
                     "lr_batch (linear scaling); 0: --lr as given",
         "momentum": "SGD momentum",
+        "optimizer": "sgd (with --momentum), or adamw: betas 0.9 and 0.999, no weight decay on "
+                     "biases and normalization weights, and DeiT's defaults where --lr, "
+                     "--lr_batch, --weight_decay are not given: 0.0005 per 512 examples, 0.05",
         "weight_decay": "L2 weight decay",
         "warmup_epochs": "linear learning-rate warmup, in epochs (then cosine decay)",
         "label_smoothing": "label smoothing of the cross-entropy loss",
@@ -215,7 +228,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                          "2.x); empty: none",
         "keep_checkpoints": "how many newest checkpoints to keep",
         "hypertune_metric": "metric tag reported to hyperparameter tuning",
-        "model": "torchvision model name",
+        "model": "a torchvision classification model (resnet50, vit_b_16, convnext_tiny, ...) "
+                 "or your own as PACKAGE.MODULE:CALLABLE (docs/trainers.md)",
         "image_size": "training image size in pixels",
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
         "step_mode": "how steps run: auto (compiled where torch_xla >= 2.1 can, else lazy), "
@@ -252,6 +266,10 @@ def config_from_flags(flag_values: Any = FLAGS) -> TrainConfig:
     if ("warmup_epochs" in flag_values and not flag_values["warmup_epochs"].present
             and "num_epochs" in values):
         values["warmup_epochs"] = min(values["warmup_epochs"], values["num_epochs"])
+    if values.get("optimizer") == "adamw":  # the trainer's SGD defaults do not suit AdamW
+        for name, value in ADAMW_DEFAULTS.items():
+            if name in flag_values and not flag_values[name].present:
+                values[name] = value
     return TrainConfig(**values)
 
 

@@ -9,15 +9,18 @@ retraces Python bytecode, a second first-step cost on top of the trace. ``make_f
 what autograd actually runs, backward included, so the whole step is one graph.
 
 The update is the rule of ``torch.optim.SGD`` as ``optim.build_optimizer`` configures it
-(weight decay added to the gradient, momentum without dampening, no Nesterov), written with
-tensor ops so that the rate can be a tensor the graph computes. Its state stays where
-``torch.optim.SGD`` keeps it (``optimizer.state[p]["momentum_buffer"]``), so checkpoints are
-the same on both paths and a resumed run reads the restored buffers.
+(weight decay added to the gradient, momentum without dampening, no Nesterov), or of
+``torch.optim.AdamW`` (``--optimizer=adamw``: decoupled weight decay per parameter group, no
+amsgrad), written with tensor ops so that the rate can be a tensor the graph computes. Its
+state stays where the torch optimizer keeps it (``optimizer.state[p]["momentum_buffer"]``;
+``"step"``, ``"exp_avg"``, ``"exp_avg_sq"``), so checkpoints are the same on both paths and a
+resumed run reads the restored state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -96,11 +99,11 @@ class OneGraphTrainStep:
                  autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
         self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
         self.autocast = autocast
-        self.momentum, self.weight_decay = sgd_settings(optimizer)
         self.tensors = ModelTensors(model)
-        # Parameters, buffers and momentum buffers: how many of each, in and out of the graph.
+        self.rule = update_rule(optimizer, self.tensors.parameters)
+        # Parameters, buffers and optimizer state: how many of each, in and out of the graph.
         self._sizes = (len(self.tensors.parameters), len(self.tensors.buffers),
-                       len(self.tensors.parameters) if self.momentum else 0)
+                       len(self.tensors.parameters) * self.rule.slots)
         self._graph = TracedPerShape(model, self._step)
         self._counter: Optional[torch.Tensor] = None  # on the device: the next step's number
         self._next_number: Optional[int] = None
@@ -110,23 +113,21 @@ class OneGraphTrainStep:
         if number != self._next_number:
             self._counter = xla.device_number(number, x.device, torch.int32)
         parameters = self.tensors.parameters
-        state = self.tensors.state() + self._momentum_buffers()
+        state = self.tensors.state() + self.rule.read(self.optimizer, parameters)
         outputs = self._graph(state, (x, y, self._counter, loss_total))
-        new_parameters, new_buffers, new_momentum, (loss_total, self._counter) = _split(
+        new_parameters, new_buffers, new_slots, (loss_total, self._counter) = _split(
             outputs, *self._sizes)
         self._next_number = number + 1
         rebind(parameters, new_parameters)
         rebind(self.tensors.buffers, new_buffers)
-        for parameter, buffer in zip(parameters, new_momentum):
-            self.optimizer.state[parameter]["momentum_buffer"] = buffer
+        self.rule.write(self.optimizer, parameters, new_slots, number + 1)
         return loss_total
 
     def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The traced function: eager code on the tensors it is given, which it leaves as
         they are; returns the new parameters, buffers and momentum buffers, then the loss
         total and the next step's counter."""
-        parameters, buffers, momentum_buffers, (x, y, counter, loss_total) = _split(
-            inputs, *self._sizes)
+        parameters, buffers, slots, (x, y, counter, loss_total) = _split(inputs, *self._sizes)
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
         # The forward updates batch-norm statistics in place: on copies, which it returns.
         buffers = [buffer.clone() for buffer in buffers]
@@ -135,26 +136,10 @@ class OneGraphTrainStep:
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
             rate = self.rate_at(counter.to(torch.float32))[0]
-            new_parameters, new_momentum = sgd_step(parameters, gradients, momentum_buffers,
-                                                    rate, self.momentum, self.weight_decay)
-        return tuple(new_parameters) + tuple(buffers) + tuple(new_momentum) + (
+            new_parameters, new_slots = self.rule.update(parameters, gradients, slots, rate,
+                                                         counter)
+        return tuple(new_parameters) + tuple(buffers) + tuple(new_slots) + (
             loss_total + loss.detach(), counter + 1)
-
-    def _momentum_buffers(self) -> List[torch.Tensor]:
-        """The optimizer's momentum buffers, read afresh every step (loading a checkpoint
-        replaces them); zeros where there are none yet, which with no dampening is the
-        same first step as ``torch.optim.SGD``'s copy of the gradient."""
-        if not self.momentum:
-            return []
-        buffers = []
-        for parameter in self.tensors.parameters:
-            state = self.optimizer.state[parameter]
-            if state.get("momentum_buffer") is None:
-                # Uploaded: zeros made on the device would be one more graph to compile.
-                state["momentum_buffer"] = torch.zeros(parameter.shape,
-                                                       dtype=parameter.dtype).to(parameter.device)
-            buffers.append(state["momentum_buffer"])
-        return buffers
 
 
 class OneGraphEvalStep:
@@ -204,6 +189,119 @@ def sgd_step(parameters: Tensors, gradients: Tensors, momentum_buffers: Tensors,
             new_momentum.append(gradient)
         new_parameters.append(parameter - gradient * rate)
     return new_parameters, new_momentum
+
+
+def adamw_step(parameters: Tensors, gradients: Tensors, exp_avgs: Tensors, exp_avg_sqs: Tensors,
+               step: torch.Tensor, rate: torch.Tensor, betas: Tuple[float, float], eps: float,
+               weight_decays: Sequence[float]
+               ) -> Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]:
+    """``torch.optim.AdamW``'s update (no amsgrad, not maximize) as new tensors: (parameters,
+    first moments, second moments); ``step`` is the update's 1-based number (a float tensor),
+    ``weight_decays`` each parameter's."""
+    beta1, beta2 = betas
+    # 1 - beta^step as -expm1(step log beta): exact to the dtype's precision, where 1 - 0.999^4
+    # in float32 keeps only 2 of its digits.
+    step_size = rate / -torch.expm1(step * math.log(beta1))
+    correction2_sqrt = torch.sqrt(-torch.expm1(step * math.log(beta2)))
+    new_parameters, new_avgs, new_sqs = [], [], []
+    for parameter, gradient, avg, sq, decay in zip(parameters, gradients, exp_avgs,
+                                                   exp_avg_sqs, weight_decays):
+        if decay:
+            parameter = parameter * (1.0 - rate * decay)
+        avg = avg + (gradient - avg) * (1.0 - beta1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
+        sq = sq * beta2 + gradient * gradient * (1.0 - beta2)
+        denominator = sq.sqrt() / correction2_sqrt + eps
+        new_parameters.append(parameter - step_size * avg / denominator)
+        new_avgs.append(avg)
+        new_sqs.append(sq)
+    return new_parameters, new_avgs, new_sqs
+
+
+class SgdRule:
+    """SGD in the graph: one slot per parameter (its momentum buffer) where there is
+    momentum."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.momentum, self.weight_decay = sgd_settings(optimizer)
+        self.slots = 1 if self.momentum else 0
+
+    def read(self, optimizer: torch.optim.Optimizer, parameters: Tensors) -> List[torch.Tensor]:
+        """The optimizer's momentum buffers, read afresh every step (loading a checkpoint
+        replaces them); zeros where there are none yet, which with no dampening is the
+        same first step as ``torch.optim.SGD``'s copy of the gradient."""
+        if not self.momentum:
+            return []
+        return [_slot(optimizer, parameter, "momentum_buffer") for parameter in parameters]
+
+    def update(self, parameters: Tensors, gradients: Tensors, slots: Tensors,
+               rate: torch.Tensor, counter: torch.Tensor
+               ) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        return sgd_step(parameters, gradients, slots, rate, self.momentum, self.weight_decay)
+
+    def write(self, optimizer: torch.optim.Optimizer, parameters: Tensors, slots: Tensors,
+              steps_taken: int) -> None:
+        for parameter, buffer in zip(parameters, slots):
+            optimizer.state[parameter]["momentum_buffer"] = buffer
+
+
+class AdamWRule:
+    """AdamW in the graph: two slots per parameter (``exp_avg`` then ``exp_avg_sq``); the
+    update's number is the step counter's plus one, and ``state["step"]`` is written back as
+    ``torch.optim.AdamW`` keeps it (a float32 host tensor), so either path resumes the other's
+    checkpoint."""
+
+    slots = 2
+
+    def __init__(self, optimizer: torch.optim.Optimizer, parameters: Tensors) -> None:
+        groups = optimizer.param_groups
+        settings = {(tuple(g["betas"]), g["eps"], g["amsgrad"], g["maximize"]) for g in groups}
+        if not isinstance(optimizer, torch.optim.AdamW) or len(settings) != 1 or \
+                groups[0]["amsgrad"] or groups[0]["maximize"]:
+            raise ValueError("the one-graph step computes AdamW without amsgrad or maximize, "
+                             "with the same betas and eps in every parameter group")
+        self.betas = tuple(float(beta) for beta in groups[0]["betas"])
+        self.eps = float(groups[0]["eps"])
+        decay = {id(p): float(g["weight_decay"]) for g in groups for p in g["params"]}
+        self.weight_decays = [decay[id(parameter)] for parameter in parameters]
+
+    def read(self, optimizer: torch.optim.Optimizer, parameters: Tensors) -> List[torch.Tensor]:
+        return ([_slot(optimizer, parameter, "exp_avg") for parameter in parameters]
+                + [_slot(optimizer, parameter, "exp_avg_sq") for parameter in parameters])
+
+    def update(self, parameters: Tensors, gradients: Tensors, slots: Tensors,
+               rate: torch.Tensor, counter: torch.Tensor
+               ) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        count = len(parameters)
+        new_parameters, avgs, sqs = adamw_step(
+            parameters, gradients, slots[:count], slots[count:],
+            counter.to(parameters[0].dtype)[0] + 1.0, rate, self.betas, self.eps,
+            self.weight_decays)
+        return new_parameters, avgs + sqs
+
+    def write(self, optimizer: torch.optim.Optimizer, parameters: Tensors, slots: Tensors,
+              steps_taken: int) -> None:
+        count = len(parameters)
+        for index, parameter in enumerate(parameters):
+            state = optimizer.state[parameter]
+            state["step"] = torch.tensor(float(steps_taken))
+            state["exp_avg"], state["exp_avg_sq"] = slots[index], slots[count + index]
+
+
+def update_rule(optimizer: torch.optim.Optimizer, parameters: Tensors) -> Any:
+    """The graph's rule for ``optimizer``: ``AdamWRule`` or ``SgdRule`` (ValueError for any
+    other optimizer, so that the graph never trains with another rule than the lazy path's)."""
+    if isinstance(optimizer, torch.optim.AdamW):
+        return AdamWRule(optimizer, parameters)
+    return SgdRule(optimizer)
+
+
+def _slot(optimizer: torch.optim.Optimizer, parameter: torch.Tensor, key: str) -> torch.Tensor:
+    """``optimizer.state[parameter][key]``, zeros first where there is none yet (uploaded:
+    zeros made on the device would be one more graph to compile)."""
+    state = optimizer.state[parameter]
+    if state.get(key) is None:
+        state[key] = torch.zeros(parameter.shape, dtype=parameter.dtype).to(parameter.device)
+    return state[key]
 
 
 def rebind(tensors: Tensors, values: Tensors) -> None:

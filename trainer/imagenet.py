@@ -1,6 +1,7 @@
 """ImageNet on every XLA device of the job (``--devices``): ``python -m trainer.imagenet``.
 
-A torchvision ResNet-family model (``--model``, default resnet50) trained with SGD + momentum +
+Any torchvision classification model, or the user's own as ``PACKAGE.MODULE:CALLABLE``
+(``--model``, default resnet50; ``trainer.models``), trained with SGD + momentum +
 weight decay, a linear warmup then cosine decay, label smoothing, and top-1/top-5 evaluation.
 Data (``--data_dir``): shards written by ``python -m trainer.data.make_shards`` (a folder or
 ``gs://``, streamed), or a ``train/`` ``val/`` class-folder tree; or ``--fake_data``. Images
@@ -22,11 +23,10 @@ from typing import Any, Dict, List, Optional
 import torch
 
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
-from trainer import devices
+from trainer import devices, models
 from trainer.batches import DataSource, FakeSource
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
-from trainer.errors import TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -35,13 +35,7 @@ log = logging.getLogger("trainer")
 if __name__ == "__main__":
     startup.freeze_imports()
 
-MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
-          "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2")
 NUM_CLASSES = 1000
-# Every model above halves the image five times (stem convolution, max pool, three strided
-# stages; each rounds up) before its last BatchNorm layers: their feature maps are
-# ceil(image_size / 32) pixels square.
-DOWNSAMPLING = 32
 # Fake data: the size of ImageNet-1k, so steps per epoch match a real run.
 FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 1281167, 50000
 
@@ -54,30 +48,24 @@ def define_flags(flag_values: Any = FLAGS) -> None:
                         image_size=224)
 
 
-def build_model(config: TrainConfig, num_classes: int) -> torch.nn.Module:
-    import torchvision
-
-    if config.model not in MODELS:
-        raise TrainerError("--model={} is not a supported model".format(config.model),
-                           "use one of: {}".format(", ".join(MODELS)))
-    model = getattr(torchvision.models, config.model)(num_classes=num_classes)
+def build_model(config: TrainConfig, num_classes: int, global_batch: int = 2
+                ) -> torch.nn.Module:
+    """``--model`` for ``num_classes`` classes and ``--image_size`` (``trainer.models``); a
+    size the model's constructor refuses is a usage error naming both flags."""
+    model = models.build_checked(config.model, models.builder(config.model), num_classes,
+                                 global_batch, config.image_size)
     # uint8 images become normalized floats on the device, as the model's first step; a hook,
-    # so the model and its saved weights stay torchvision's (which take normalized floats).
+    # so the model and its saved weights stay the model's own (which take normalized floats).
     model.register_forward_pre_hook(_normalize_uint8)
     return model
 
 
-def check_batch_norm(global_batch: int, image_size: int) -> None:
-    """Refuse a training batch whose last BatchNorm layers would see one value per channel:
-    torch stops at the first step with a traceback. The model sees the global batch, one
-    program over all devices under SPMD."""
-    side = -(-image_size // DOWNSAMPLING)
-    if global_batch * side * side < 2:
-        raise TrainerError(
-            "a global batch of {} at --image_size={} leaves the model's last BatchNorm layers "
-            "one value per channel ({}x{} pixels), which cannot be trained".format(
-                global_batch, image_size, side, side),
-            "use --batch_size=2 or more, or --image_size={} or more".format(DOWNSAMPLING + 1))
+def check_model(config: TrainConfig, model: torch.nn.Module, num_classes: int,
+                global_batch: int) -> None:
+    """Refuse, before anything compiles, a ``model`` that cannot train on the run's images
+    (``trainer.models.check_input``): one line naming the flag to change, exit 64."""
+    models.check_input(config.model, model, models.builder(config.model), num_classes,
+                       global_batch, config.image_size)
 
 
 def _normalize_uint8(module: torch.nn.Module, args: tuple) -> Optional[tuple]:
@@ -120,10 +108,16 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
         paths: Optional[OutputPaths] = None) -> Dict[str, Any]:
     """Train and evaluate; returns the summary dict (see ``trainer.fit``)."""
     topology = devices.detect(config.devices)
-    check_batch_norm(topology.global_batch(config.batch_size), config.image_size)
+    global_batch = topology.global_batch(config.batch_size)
     torch.manual_seed(config.seed)
     data = data_override or build_data(config, topology)
-    model = build_model(config, getattr(data, "num_classes", NUM_CLASSES))
+    num_classes = getattr(data, "num_classes", NUM_CLASSES)
+    try:
+        model = build_model(config, num_classes, global_batch)
+        check_model(config, model, num_classes, global_batch)
+    except BaseException:
+        data.close()  # its data workers, if any, started with it
+        raise
     loss = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
     spec = TrainSpec("imagenet-" + config.model, model, data, loss, topk=(1, 5))
     return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}), topology)

@@ -1,5 +1,6 @@
-"""The optimizer (SGD with momentum and weight decay) and its learning rate: a linear warmup
-per step, then cosine decay to the end of the run.
+"""The optimizer (``--optimizer``: SGD with momentum and weight decay, or AdamW with decoupled
+weight decay on every parameter but biases and normalization weights) and its learning rate: a
+linear warmup per step, then cosine decay to the end of the run.
 
 The rate is a pure function of the global step (``LearningRate.rate_at``), written with torch
 ops so that one definition serves both paths. The lazy path evaluates it on the host before
@@ -13,11 +14,12 @@ so they carry no scheduler state.
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from trainer.config import TrainConfig
+from trainer.errors import TrainerError
 
 
 class LearningRate:
@@ -59,13 +61,53 @@ def peak_rate(lr: float, global_batch: int, lr_batch: int) -> float:
 
 def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch: int,
                     global_batch: int = 0) -> Tuple[torch.optim.Optimizer, LearningRate]:
-    """SGD over ``model``'s parameters and the rate schedule of ``config`` for a global batch
-    of ``global_batch`` (0: ``config.batch_size``, one device)."""
+    """``--optimizer`` over ``model``'s parameters and the rate schedule of ``config`` for a
+    global batch of ``global_batch`` (0: ``config.batch_size``, one device)."""
     peak = peak_rate(config.lr, global_batch or config.batch_size, config.lr_batch)
-    optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=config.momentum,
-                                weight_decay=config.weight_decay)
+    if config.optimizer == "adamw":
+        optimizer = adamw(model, peak, config.weight_decay)  # type: torch.optim.Optimizer
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=config.momentum,
+                                    weight_decay=config.weight_decay)
     total = config.train_steps(steps_per_epoch)
     rate = LearningRate(optimizer, peak, min(int(config.warmup_epochs * steps_per_epoch), total),
                         total)
     rate.set(0)
     return optimizer, rate
+
+
+ADAMW_BETAS = (0.9, 0.999)
+
+
+def adamw(model: torch.nn.Module, rate: float, weight_decay: float) -> torch.optim.AdamW:
+    """``torch.optim.AdamW`` as DeiT trains: ``weight_decay`` on weights of two or more
+    dimensions, none on biases and normalization weights (one dimension), in that order of
+    groups (a group with no parameters left out)."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in parameters if p.dim() > 1], "weight_decay": weight_decay},
+              {"params": [p for p in parameters if p.dim() <= 1], "weight_decay": 0.0}]
+    return torch.optim.AdamW([group for group in groups if group["params"]], lr=rate,
+                             betas=ADAMW_BETAS, eps=1e-8)
+
+
+def optimizer_name(state: Dict[str, Any]) -> Optional[str]:
+    """``--optimizer``'s value for a saved ``optimizer.state_dict()``: its groups' settings
+    tell (AdamW's betas, SGD's momentum); None for neither."""
+    groups = state.get("param_groups") or [{}]
+    if "betas" in groups[0]:
+        return "adamw"
+    if "momentum" in groups[0]:
+        return "sgd"
+    return None
+
+
+def check_resumable(optimizer: torch.optim.Optimizer, saved: Dict[str, Any], uri: str) -> None:
+    """A usage error (64) where the checkpoint at ``uri`` holds the state of the other
+    ``--optimizer`` than this run's: loading it would fail with a traceback, or, where the
+    group counts happen to match, carry on with state that means something else."""
+    mine, theirs = optimizer_name(optimizer.state_dict()), optimizer_name(saved)
+    if theirs is not None and mine != theirs:
+        raise TrainerError("checkpoint {} was trained with --optimizer={}; this run has "
+                           "--optimizer={}".format(uri, theirs, mine),
+                           "resume with --optimizer={}, or start in a new --job_dir".format(
+                               theirs))

@@ -24,6 +24,7 @@ from trainer.divergence import check_loss, check_state
 from trainer.errors import EX_USAGE, DataError, TrainerError
 from trainer.job_totals import JobTotals
 from trainer.loop import LoopState
+from trainer.optim import check_resumable
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
 from trainer.steps import Steps
 
@@ -87,6 +88,7 @@ class RunCheckpoints:
         self._check_global_batch(saved.get("global_batch"), self.store.uri(step))
         self._check_data_layout(saved.get("data_layout"), self.store.uri(step))
         self._check_data_identity(saved.get("data_identity"), self.store.uri(step))
+        check_resumable(self.steps.optimizer, saved["optimizer"], self.store.uri(step))
         self.steps.model.load_state_dict(saved["model"])
         # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])

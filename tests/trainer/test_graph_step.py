@@ -20,8 +20,13 @@ from agreement import (  # noqa: E402
     host_state,
 )
 from trainer import mnist, xla  # noqa: E402
-from trainer.graph_step import OneGraphTrainStep, sgd_settings, sgd_step  # noqa: E402
-from trainer.optim import LearningRate  # noqa: E402
+from trainer.graph_step import (  # noqa: E402
+    OneGraphTrainStep,
+    adamw_step,
+    sgd_settings,
+    sgd_step,
+)
+from trainer.optim import LearningRate, adamw  # noqa: E402
 
 
 @pytest.mark.parametrize("momentum,weight_decay", [(0.9, 5e-4), (0.0, 0.0), (0.5, 0.0)])
@@ -42,6 +47,36 @@ def test_the_update_is_torch_sgd_with_a_changing_rate(momentum, weight_decay):
                                  weight_decay)
     for mine, reference in zip(ours, theirs):
         assert torch.allclose(mine, reference.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_the_adamw_update_is_torch_adamw_with_a_changing_rate_in_float64():
+    # Two groups as optim.adamw makes them: decay on the matrix, none on the vector.
+    generator = torch.Generator().manual_seed(0)
+    ours = [torch.randn(4, 3, generator=generator, dtype=torch.float64),
+            torch.randn(5, generator=generator, dtype=torch.float64)]
+    theirs = [torch.nn.Parameter(tensor.clone()) for tensor in ours]
+    optimizer = torch.optim.AdamW([{"params": [theirs[0]], "weight_decay": 0.05},
+                                   {"params": [theirs[1]], "weight_decay": 0.0}],
+                                  lr=0.1, betas=(0.9, 0.999), eps=1e-8)
+    avgs = [torch.zeros_like(tensor) for tensor in ours]
+    sqs = [torch.zeros_like(tensor) for tensor in ours]
+    for number, rate in enumerate((0.1, 0.05, 0.2, 0.01), start=1):
+        gradients = [torch.randn(tensor.shape, generator=generator, dtype=torch.float64)
+                     for tensor in ours]
+        for parameter, gradient in zip(theirs, gradients):
+            parameter.grad = gradient.clone()
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+        optimizer.step()
+        ours, avgs, sqs = adamw_step(ours, gradients, avgs, sqs,
+                                     torch.tensor(float(number), dtype=torch.float64),
+                                     torch.tensor(rate, dtype=torch.float64), (0.9, 0.999),
+                                     1e-8, (0.05, 0.0))
+    # float64: the two differ only in the order of a few roundings (2^-53 each).
+    for mine, reference, avg, sq in zip(ours, theirs, avgs, sqs):
+        assert torch.allclose(mine, reference.detach(), rtol=1e-12, atol=1e-14)
+        assert torch.allclose(avg, optimizer.state[reference]["exp_avg"], rtol=1e-12)
+        assert torch.allclose(sq, optimizer.state[reference]["exp_avg_sq"], rtol=1e-12)
 
 
 @pytest.mark.parametrize("options", [dict(nesterov=True, momentum=0.9), dict(dampening=0.1),
@@ -113,13 +148,18 @@ def sgd(model):
     return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
 
 
-def continue_on_one_graph(model_state, optimizer_state, data, first_step):
-    """A fresh float64 model and optimizer loaded from the states, trained on ``data`` by the
-    one-graph step from step ``first_step``; returns the model's state on the host."""
+def adamw_optimizer(model):
+    return adamw(model, 0.05, 0.05)
+
+
+def continue_on_one_graph(model_state, optimizer_state, data, first_step, make=sgd):
+    """A fresh float64 model and optimizer (``make``) loaded from the states, trained on
+    ``data`` by the one-graph step from step ``first_step``; returns the model's state on the
+    host."""
     dev = xla.device()
     model = mnist.MnistNet().to(DTYPE).to(dev)
     model.load_state_dict(model_state)
-    optimizer = sgd(model)
+    optimizer = make(model)
     optimizer.load_state_dict(optimizer_state)
     step = OneGraphTrainStep(model, optimizer, F.nll_loss, schedule(optimizer).rate_at)
     total = xla.device_number(0, dev, DTYPE)
@@ -130,14 +170,16 @@ def continue_on_one_graph(model_state, optimizer_state, data, first_step):
 
 
 @pytest.mark.numeric
-def test_it_continues_from_the_lazy_paths_state_at_the_same_rates():
-    """Resumed mid-schedule from the lazy path's momentum and batch-norm state, the one-graph
-    steps (rate computed in the graph) end where the lazy steps (rate set by the host) do, in
-    float64 and within the bound ``agreement`` derives."""
+@pytest.mark.parametrize("make", [sgd, adamw_optimizer])
+def test_it_continues_from_the_lazy_paths_state_at_the_same_rates(make):
+    """Resumed mid-schedule from the lazy path's optimizer state (momentum; AdamW's step and
+    moments) and batch-norm state, the one-graph steps (rate computed in the graph) end where
+    the lazy steps (rate set by the host) do, in float64 and within the bound ``agreement``
+    derives: an AdamW run resumed mid-run on the other path equals the uninterrupted one."""
     dev = xla.device()
     torch.manual_seed(0)
     model = mnist.MnistNet().to(DTYPE).to(dev)
-    optimizer = sgd(model)
+    optimizer = make(model)
     lazy_steps(model, optimizer, batches(3, dtype=DTYPE), first_step=0)
     start = host_state(model)
     optimizer_state = copy.deepcopy(optimizer.state_dict())
@@ -146,11 +188,11 @@ def test_it_continues_from_the_lazy_paths_state_at_the_same_rates():
     lazy_steps(model, optimizer, later, first_step=3)
     expected = host_state(model)
 
-    assert_same_training(continue_on_one_graph(start, optimizer_state, later, first_step=3),
-                         expected, start)
-    # Without the restored momentum, or at other rates, the same steps end elsewhere.
+    assert_same_training(continue_on_one_graph(start, optimizer_state, later, first_step=3,
+                                               make=make), expected, start)
+    # Without the restored optimizer state, or at other rates, the same steps end elsewhere.
     forgetful = continue_on_one_graph(start, dict(optimizer_state, state={}), later,
-                                      first_step=3)
-    early = continue_on_one_graph(start, optimizer_state, later, first_step=0)
+                                      first_step=3, make=make)
+    early = continue_on_one_graph(start, optimizer_state, later, first_step=0, make=make)
     for other in (forgetful, early):
         assert_training_differs(other, expected, start, "fc2.weight")

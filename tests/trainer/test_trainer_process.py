@@ -412,3 +412,23 @@ def test_a_group_wide_sigterm_mid_epoch_checkpoints_and_the_epoch_resumes_exactl
     # being arithmetic on the step) every example of the epoch once.
     assert metric_steps(job) == list(range(1, 49))
     assert json.loads((job / "summary.json").read_text())["global_step"] == 48
+
+
+def test_an_adamw_run_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_weights(
+        tmp_path):
+    # AdamW's state (step, exp_avg, exp_avg_sq) goes through the checkpoint: a run stopped
+    # mid-epoch and resumed ends bit for bit where the run without the stop ends (MNIST's net
+    # has no dropout, so nothing random is left to differ).
+    args = ["--optimizer=adamw", "--num_epochs=1", "--num_steps=24", "--batch_size=8"]
+    stopped, whole = tmp_path / "stopped", tmp_path / "whole"
+    saved = sigterm_at_step_10(stopped, *args)
+    assert set(saved["optimizer"]["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert float(saved["optimizer"]["state"][0]["step"]) == saved["step"]
+    for job in (stopped, whole):
+        returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", "--log_steps=5",
+                                            "--job-dir=" + str(job), *args))
+        assert returncode == 0, err
+    ours = torch.load(str(stopped / "model.pt"), map_location="cpu")
+    reference = torch.load(str(whole / "model.pt"), map_location="cpu")
+    assert ours.keys() == reference.keys()
+    assert all(torch.equal(ours[name], reference[name]) for name in ours)

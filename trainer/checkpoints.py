@@ -12,9 +12,9 @@ before the trailer existed end with the archive itself; they are accepted with a
 state still checked finite.
 
 Two rules keep a run's work: a checkpoint that cannot be *read* (``StorageError``: exit 74
-when storage is unavailable, 77 when it is forbidden) stops the run instead of counting as corrupt, because
-starting over at step 0 would then write over that run; and saving step N never deletes a
-checkpoint of a later step, whatever happened before."""
+when storage is unavailable, 77 when it is forbidden) stops the run instead of counting as
+corrupt, because starting over at step 0 would then write over that run; and saving step N
+never deletes a checkpoint of a later step, whatever happened before."""
 
 from __future__ import annotations
 

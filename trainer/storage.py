@@ -13,13 +13,13 @@ never part of one.
 google-cloud-storage honours ``STORAGE_EMULATOR_HOST`` (the tests use fake-gcs-server).
 
 Two kinds of GCS failure end a run differently. An outage (429, 5xx, timeouts, dropped
-connections) is retried for ``RETRY_DEADLINE_S`` and then exits 74, which a JobSet retries.
-A metadata server out of reach or answering 5xx/429 for a token counts as an outage too (retried
-as long, then 74). A refusal (401/403, a missing bucket, no credentials configured, a token
-server answering 403/404) exits 77 (``EX_NOPERM``), which the JobSet templates end at once: the same pod would be refused again. A refusal within
-the first ``REFUSAL_RETRY_S`` seconds after a process's first GCS request is retried until
-then, because a new GKE pod's Workload Identity may not answer (or its binding not have
-propagated) for its first seconds.
+connections; also a metadata server out of reach or answering 5xx/429 for a token) is retried
+for ``RETRY_DEADLINE_S`` and then exits 74, which a JobSet retries. A refusal (401/403, a
+missing bucket, no credentials configured, a token server answering 403/404) exits 77
+(``EX_NOPERM``), which the JobSet templates end at once: the same pod would be refused again.
+A refusal within the first ``REFUSAL_RETRY_S`` seconds after a process's first GCS request is
+retried until then, because a new GKE pod's Workload Identity may not answer (or its binding
+not have propagated) for its first seconds.
 """
 
 from __future__ import annotations
@@ -556,7 +556,7 @@ def _credentials_outage(error: BaseException) -> Optional[bool]:
         if isinstance(link, TransportError):
             # google-auth passes the last response along when the answer was final; none:
             # the server was out of reach, or still unavailable after google-auth's retries.
-            status = next((getattr(arg, "status") for arg in link.args
+            status = next((arg.status for arg in link.args
                            if isinstance(getattr(arg, "status", None), int)), None)
             return status is None or status in (408, 429) or status >= 500
     return False

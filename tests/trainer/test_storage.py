@@ -210,3 +210,24 @@ def test_a_metadata_server_outage_is_retried_and_its_refusal_is_final(
         metadata_server.fail(500, 0)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(outcome), result.stdout
+
+
+def test_credentials_errors_google_auth_marks_are_classified_by_its_marks():
+    # Where google-auth knows (a token endpoint's 5xx, say) it sets ``retryable``; no
+    # credentials configured at all is final however it is wrapped.
+    from google.auth import exceptions
+
+    def raised(error, cause=None):
+        try:
+            raise error from cause
+        except exceptions.GoogleAuthError as caught:
+            return caught
+
+    assert storage._credentials_outage(raised(
+        exceptions.RefreshError("internal_failure", retryable=True))) is True
+    assert storage._credentials_outage(raised(
+        exceptions.RefreshError("invalid_grant"))) is False
+    assert storage._credentials_outage(raised(
+        exceptions.RefreshError("no token"), exceptions.DefaultCredentialsError("none"))) \
+        is False
+    assert storage._credentials_outage(ConnectionResetError("reset")) is None

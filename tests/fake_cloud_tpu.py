@@ -154,9 +154,13 @@ class FakeMetadataServer:
             "/computeMetadata/v1/instance/zone": ("text/plain",
                                                   "projects/1234/zones/{}".format(zone)),
         }
+        failing = self._failing = {"status": 500, "left": 0}
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
+                if failing["left"] > 0:
+                    failing["left"] -= 1
+                    return _reply(self, failing["status"], "failing on purpose")
                 path = self.path.split("?")[0].rstrip("/") or "/"
                 if path.startswith(_ACCOUNTS) and path.endswith("/token"):
                     path = _ACCOUNTS + "default/token"  # by alias or by e-mail
@@ -175,6 +179,10 @@ class FakeMetadataServer:
     def start(self) -> "FakeMetadataServer":
         self._thread.start()
         return self
+
+    def fail(self, status: int, times: int) -> None:
+        """Answer the next ``times`` requests with ``status`` (an outage, or a refusal)."""
+        self._failing.update(status=status, left=times)
 
     def stop(self) -> None:
         self.server.shutdown()

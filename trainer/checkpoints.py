@@ -11,10 +11,10 @@ atomic rename (or the one GCS upload) stays the only step that makes it visible.
 before the trailer existed end with the archive itself; they are accepted with a warning, their
 state still checked finite.
 
-Two rules keep a run's work: a checkpoint that cannot be *read* (storage unavailable or
-forbidden: ``StorageError``, exit 74) stops the run instead of counting as corrupt, because
-starting over at step 0 would then write over that run; and saving step N never deletes a
-checkpoint of a later step, whatever happened before."""
+Two rules keep a run's work: a checkpoint that cannot be *read* (``StorageError``: exit 74
+when storage is unavailable, 77 when it is forbidden) stops the run instead of counting as
+corrupt, because starting over at step 0 would then write over that run; and saving step N
+never deletes a checkpoint of a later step, whatever happened before."""
 
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ class CheckpointStore:
         """The newest checkpoint that passes, as (step, state), or None when there is none.
         A file whose bytes differ from the digest written with it, that does not load as a
         checkpoint, or whose state holds nan or inf is skipped with a warning; a file that is
-        gone is skipped too; a ``StorageError`` reading one ends the run (exit 74), and so
+        gone is skipped too; a ``StorageError`` reading one ends the run (exit 74 for an outage, 77
+        for a refusal), and so
         does a ``DataError`` (exit 65) when every checkpoint there was refused."""
         refused = []
         for step in reversed(self.steps()):

@@ -13,12 +13,13 @@ never part of one.
 google-cloud-storage honours ``STORAGE_EMULATOR_HOST`` (the tests use fake-gcs-server).
 
 Two kinds of GCS failure end a run differently. An outage (429, 5xx, timeouts, dropped
-connections) is retried for ``RETRY_DEADLINE_S`` and then exits 74, which a JobSet retries.
-A refusal (401/403, a missing bucket, credentials that cannot be had) exits 77 (``EX_NOPERM``),
-which the JobSet templates end at once: the same pod would be refused again. A refusal within
-the first ``REFUSAL_RETRY_S`` seconds after a process's first GCS request is retried until
-then, because a new GKE pod's Workload Identity may not answer (or its binding not have
-propagated) for its first seconds.
+connections; also a metadata server out of reach or answering 5xx/429 for a token) is retried
+for ``RETRY_DEADLINE_S`` and then exits 74, which a JobSet retries. A refusal (401/403, a
+missing bucket, no credentials configured, a token server answering 403/404) exits 77
+(``EX_NOPERM``), which the JobSet templates end at once: the same pod would be refused again.
+A refusal within the first ``REFUSAL_RETRY_S`` seconds after a process's first GCS request is
+retried until then, because a new GKE pod's Workload Identity may not answer (or its binding
+not have propagated) for its first seconds.
 """
 
 from __future__ import annotations
@@ -445,9 +446,10 @@ class GcsDirectory(Directory):
         answers 404, a refusal) or ``StorageError``: exit 74 after an outage's retries, 77
         for a refusal (retried while ``_may_retry_refusal``), never a traceback."""
         from google.api_core import exceptions
-        from google.auth.exceptions import GoogleAuthError, TransportError
+        from google.auth.exceptions import GoogleAuthError
 
         _first_request.setdefault(os.getpid(), time.monotonic())
+        started = time.monotonic()
         delay = 0.5
         while True:
             try:
@@ -462,10 +464,19 @@ class GcsDirectory(Directory):
             except (exceptions.GoogleAPIError, OSError, GoogleAuthError) as error:
                 # After the retries: a RetryError (3.x), or the last transient error itself
                 # (2.x's uploads). OSError: requests' connection errors.
-                # A token that cannot be had (RefreshError: Workload Identity not bound or
-                # not answering yet) is a refusal; the metadata server out of reach, an outage.
-                credentials = isinstance(error, GoogleAuthError) \
-                    and not isinstance(error, TransportError)
+                credentials_outage = _credentials_outage(error)
+                if credentials_outage:
+                    # google-cloud-storage does not retry a token that could not be had:
+                    # retried here for as long as an outage of GCS itself.
+                    if time.monotonic() + delay - started <= RETRY_DEADLINE_S:
+                        time.sleep(delay)
+                        delay = min(2 * delay, 4.0)
+                        continue
+                    raise StorageError("no credentials for {} for up to {:.0f}s: {}".format(
+                        self.join(name), RETRY_DEADLINE_S, _cause(error)),
+                        "check the metadata server (on GKE: the gke-metadata-server pods) and "
+                        "the network; TRAINER_GCS_RETRY_DEADLINE sets how long to retry")
+                credentials = credentials_outage is False
                 if _transient(error) and not credentials:
                     raise StorageError("GCS kept failing for {} for up to {:.0f}s: {}".format(
                         self.join(name), RETRY_DEADLINE_S, _cause(error)),
@@ -521,6 +532,46 @@ def _retry_policy() -> dict:
 
     return {"retry": DEFAULT_RETRY.with_deadline(RETRY_DEADLINE_S),
             "timeout": min(60.0, max(1.0, RETRY_DEADLINE_S / 4))}
+
+
+def _credentials_outage(error: BaseException) -> Optional[bool]:
+    """For a failure to get credentials (a google-auth error in ``error``'s chain): True for
+    an outage (the metadata server out of reach or answering 5xx/429, or an error google-auth
+    marks ``retryable``), False for a refusal (no credentials configured, or the token
+    server's answer that this pod has none: 403/404); None for any other failure.
+
+    Compute Engine and Workload Identity credentials re-raise the metadata server's
+    ``TransportError`` as a ``RefreshError`` whose ``__cause__`` it is, so the whole chain
+    counts, not the outermost error's type."""
+    from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, TransportError
+
+    chain = [link for link in _chain(error) if isinstance(link, GoogleAuthError)]
+    if not chain:
+        return None
+    if any(isinstance(link, DefaultCredentialsError) for link in chain):
+        return False
+    if any(link.retryable for link in chain):
+        return True
+    for link in chain:
+        if isinstance(link, TransportError):
+            # google-auth passes the last response along when the answer was final; none:
+            # the server was out of reach, or still unavailable after google-auth's retries.
+            status = next((arg.status for arg in link.args
+                           if isinstance(getattr(arg, "status", None), int)), None)
+            return status is None or status in (408, 429) or status >= 500
+    return False
+
+
+def _chain(error: BaseException) -> List[BaseException]:
+    """``error`` and the errors behind it (``cause``, ``__cause__``, ``__context__``)."""
+    chain = []  # type: List[BaseException]
+    link = error  # type: Optional[BaseException]
+    while link is not None and len(chain) < 16 and all(link is not seen for seen in chain):
+        chain.append(link)
+        inner = getattr(link, "cause", None)  # a RetryError's last error
+        link = inner if isinstance(inner, BaseException) else (link.__cause__
+                                                                or link.__context__)
+    return chain
 
 
 def _transient(error: BaseException) -> bool:

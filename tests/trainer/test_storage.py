@@ -1,9 +1,12 @@
 """trainer.storage: atomic local writes, and gs:// against fake-gcs-server."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+from conftest import REPO, clean_environ
 from trainer import storage
 from trainer.errors import StorageError
 from trainer.storage import LocalDirectory, open_dir
@@ -165,3 +168,66 @@ def test_a_staged_file_that_cannot_be_read_back_is_named_as_the_local_disks_faul
             gcs.name))
     assert "$TMPDIR" in raised.value.hint and "GCS" not in raised.value.message
     assert not list(gcs.list_blobs(prefix="job/"))
+
+
+# In a fresh process (google-auth reads GCE_METADATA_HOST on import), more than
+# REFUSAL_RETRY_S into the run: a GCS call whose token comes from the metadata server.
+_TOKEN_CALL = """
+import os, sys, time
+from google.auth import compute_engine
+from google.auth.transport.requests import Request
+from trainer import storage
+from trainer.errors import StorageError
+storage.RETRY_DEADLINE_S = 20.0  # one retry after google-auth's 15 s of tries
+storage._first_request[os.getpid()] = time.monotonic() - 1000
+credentials = compute_engine.Credentials()
+try:
+    storage.open_dir("gs://b/job")._call(lambda policy: credentials.refresh(Request()), "x")
+    print("token", credentials.token)
+except StorageError as error:
+    print("exit", error.exit_code, error)
+"""
+
+
+@pytest.mark.parametrize("status, failures, outcome", [
+    # Past google-auth's own 5 tries: a RefreshError raised from a TransportError.
+    (500, 5, "token fake-access-token"),
+    (503, 99, "exit 74"),  # unavailable for good: an outage, never 77
+    (403, 1, "exit 77"),  # the service account refused: final
+    (404, 1, "exit 77"),
+])
+def test_a_metadata_server_outage_is_retried_and_its_refusal_is_final(
+        metadata_server, status, failures, outcome):
+    # Compute Engine / Workload Identity credentials re-raise the metadata server's 5xx as a
+    # RefreshError: that counted as a refusal (exit 77, which ends a JobSet for good).
+    metadata_server.fail(status, failures)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _TOKEN_CALL], cwd=str(REPO), capture_output=True, text=True,
+            env=clean_environ(GCE_METADATA_HOST=metadata_server.host,
+                              GCE_METADATA_IP=metadata_server.host), timeout=240)
+    finally:
+        metadata_server.fail(500, 0)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(outcome), result.stdout
+
+
+def test_credentials_errors_google_auth_marks_are_classified_by_its_marks():
+    # Where google-auth knows (a token endpoint's 5xx, say) it sets ``retryable``; no
+    # credentials configured at all is final however it is wrapped.
+    from google.auth import exceptions
+
+    def raised(error, cause=None):
+        try:
+            raise error from cause
+        except exceptions.GoogleAuthError as caught:
+            return caught
+
+    assert storage._credentials_outage(raised(
+        exceptions.RefreshError("internal_failure", retryable=True))) is True
+    assert storage._credentials_outage(raised(
+        exceptions.RefreshError("invalid_grant"))) is False
+    assert storage._credentials_outage(raised(
+        exceptions.RefreshError("no token"), exceptions.DefaultCredentialsError("none"))) \
+        is False
+    assert storage._credentials_outage(ConnectionResetError("reset")) is None

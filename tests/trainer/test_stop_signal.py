@@ -268,6 +268,15 @@ def _long_call(before="", context="open('/dev/null')", seconds=6, deadline=8.0):
     return process
 
 
+def _signalled(process, signum):
+    """Send ``signum`` and return the process's (stdout, stderr) once it has ended."""
+    try:
+        process.send_signal(signum)
+        return process.communicate(timeout=60)
+    finally:
+        process.kill()
+
+
 def test_a_second_ctrl_c_inside_a_long_call_ends_the_process_at_once():
     # The first Ctrl-C after a step has trained waits for the step boundary (or the
     # deadline, 8 s); the second ends the process at once, though no handler runs on the
@@ -294,11 +303,7 @@ def test_the_deadline_does_not_end_a_process_writing_a_checkpoint():
     # deadline (1 s here) lets it finish, and the loop stops right after it.
     process = _long_call(before="stop_signal.step_trained()", context="stop_signal.saving()",
                          seconds=4, deadline=1.0)
-    try:
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
+    out, err = _signalled(process, signal.SIGTERM)
     assert "call ended" in out, err
 
 
@@ -307,10 +312,6 @@ def test_a_run_that_is_ending_is_not_ended_by_a_stop_before_training():
     # evaluation after a resume at its last step): a stop must not end it with 143, which
     # would replace its own exit code and skip its last outputs.
     process = _long_call(before="stop_signal.stopping()", seconds=3)
-    try:
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
+    out, err = _signalled(process, signal.SIGTERM)
     assert "call ended" in out, err
     assert "before training resumed" not in err

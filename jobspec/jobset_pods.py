@@ -148,7 +148,7 @@ def _pattern_target(rule: Dict[str, Any], pattern: str, path: str, spec: Dict[st
     index_match = _RULE_INDEX.search(pattern)
     action = rule.get("action")
     if index_match is None or "PodFailurePolicy" not in _list(rule.get("onJobFailureReasons")) \
-            or action not in _EXPECTED_RULE:
+            or not isinstance(action, str) or action not in _EXPECTED_RULE:
         return []
     index = int(index_match.group(1))
     kind, is_kind, example = _EXPECTED_RULE[action]

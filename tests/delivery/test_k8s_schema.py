@@ -143,6 +143,9 @@ def test_no_mutation_of_a_valid_manifest_raises_or_breaks_a_line(which, data, ch
     (0, ("spec", "replicatedJobs", 0, "name")),
     (2, ("spec", "replicatedJobs", 0, "template", "spec", "template", "spec", "containers", 0,
          "name")),
+    # make fuzz: a list where a failure rule's action belongs (the rule-index check used it as
+    # a dict key).
+    (0, ("spec", "failurePolicy", "rules", 1, "action")),
 ])
 def test_a_list_where_a_name_belongs_is_findings_not_a_traceback(which, path):
     job = copy.deepcopy(JOBS[which])

@@ -23,7 +23,8 @@ own photographs
    and the trainer process's CPU per training image and its workers'. The step is a stand-in
    (it sleeps ``--step-ms``; default: the time the supply needs for a batch, so the step asks
    for exactly what the host supplies) on any machine; with ``torch.cuda`` available, a real
-   one too: torchvision's ResNet-50, bf16 autocast, channels_last, SGD (``--gpu-batch``).
+   one too: a torchvision model (``--gpu-model``, ResNet-50 by default), bf16 autocast,
+   channels_last, SGD (``--gpu-batch``).
 3. **Reference**: the same for pytorch/xla's reference pipeline (``ImageFolder`` and a
    ``DataLoader`` of as many workers, ``RandomResizedCrop``, flip, ``ToTensor``,
    ``Normalize``; a new iterator, so new workers, each epoch), in the same run; skipped, with
@@ -163,18 +164,20 @@ class StandIn:
         return self.seconds * EVAL_STEP_SHARE
 
 
-class ResNetStep:
-    """torchvision's ResNet-50 on the GPU: bf16 autocast, channels_last, SGD; uint8 images are
-    normalized on the device, floats (the reference's) taken as they are. Each step is timed
-    from its launch to its end (synchronized)."""
+class GpuStep:
+    """A torchvision model (``--gpu-model``: ResNet-50 by default, or any other, such as
+    vit_b_16) on the GPU: bf16 autocast, channels_last, SGD; uint8 images are normalized on the
+    device, floats (the reference's) taken as they are. Each step is timed from its launch to
+    its end (synchronized)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "resnet50") -> None:
         import torchvision
 
         from trainer.data.images import normalize
 
         self.normalize = normalize
-        self.model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+        model = torchvision.models.get_model(name)
+        self.model = model.cuda().to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
         self.loss = torch.nn.CrossEntropyLoss(ignore_index=-1)
 
@@ -297,6 +300,8 @@ def main() -> None:
                         help="the stand-in step (default: what the supply takes for a batch)")
     parser.add_argument("--rounds", type=int, default=1, help="supply: rounds (medians)")
     parser.add_argument("--gpu-batch", type=int, default=256)
+    parser.add_argument("--gpu-model", default="resnet50", help="the GPU step's torchvision "
+                        "model (resnet50, vit_b_16, convnext_tiny, ...), 224 px")
     parser.add_argument("--work", type=Path, help="keep the photographs here")
     parser.add_argument("--photo-wheel", type=Path, help="scikit-image's wheel, where the "
                         "photographs come from, on a machine without network (default: "
@@ -366,9 +371,9 @@ def main() -> None:
         print("supply at batch {}, {} worker(s): stream {:.0f} images/s{}".format(
             args.gpu_batch, workers, gpu_supply, ", reference {:.0f}".format(gpu_reference)
             if has_reference else ""))
-        step = ResNetStep()
-        print("fed, {} worker(s), ResNet-50 on {} (bf16, channels_last, batch {}):".format(
-            workers, torch.cuda.get_device_name(), args.gpu_batch))
+        step = GpuStep(args.gpu_model)
+        print("fed, {} worker(s), {} on {} (bf16, channels_last, batch {}):".format(
+            workers, args.gpu_model, torch.cuda.get_device_name(), args.gpu_batch))
         report("stream", fed(stream_epochs(shards, args.gpu_batch, workers), step,
                              args.epochs), gpu_supply, args.gpu_batch)
         if has_reference:

@@ -156,7 +156,7 @@ def _user_builder(name: str) -> Builder:
                 "name a function or class the module defines, after the colon")
         target = getattr(target, part)
     if not callable(target):
-        raise TrainerError("--model={}: {} is a {}, not a function or class".format(
+        raise TrainerError("--model={}: {} is of type {}, not a function or class".format(
             name, attribute, type(target).__name__), "name the function or class that builds "
             "the model")
     size_keyword = _size_keyword(target, module_name)

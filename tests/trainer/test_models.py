@@ -160,8 +160,8 @@ def test_a_users_callable_gets_the_image_size_under_the_keyword_it_names(
      "not import: ModuleNotFoundError: No module named 'no_such_dependency'", "PYTHONPATH"),
     ("user_nets.nets:nope", "--model=user_nets.nets:nope: user_nets.nets has no attribute nope",
      "name a function or class"),
-    ("user_nets.nets:NUMBER", "--model=user_nets.nets:NUMBER: NUMBER is a int, not a function "
-     "or class", "the function or class"),
+    ("user_nets.nets:NUMBER", "--model=user_nets.nets:NUMBER: NUMBER is of type int, not a "
+     "function or class", "the function or class"),
     ("user_nets.nets:", "--model=user_nets.nets: is not PACKAGE.MODULE:CALLABLE", "e.g."),
     ("user_nets.nets:not_a_module", "--model=user_nets.nets:not_a_module: not_a_module(...) "
      "returned a str, not a torch.nn.Module", "return the model"),

@@ -10,7 +10,8 @@ attempt in turn (JobSet labels its pods ``jobset.sigs.k8s.io/restart-attempt``):
 1. wait until the attempt's pods exist and none is Pending (at most ``--wait`` seconds; then
    say so, with when to run it again, and exit 1);
 2. follow all of them, each line prefixed with its pod, with ``--ignore-errors``;
-3. when the streams end, ask the JobSet: ended (``status.terminalState``): say how, exit 0
+3. when the streams end, ask the JobSet: ended (``status.terminalState``; on JobSet releases
+   before it, a ``Completed`` or ``Failed`` condition that is ``True``): say how, exit 0
    for Completed, 1 for Failed; restarted: say so and follow the new attempt's pods from their
    start; neither: follow the same pods again from the time the streams ended.
 
@@ -76,8 +77,7 @@ class Follower:
 
     def state(self) -> JobSetState:
         status = self.json(["get", "jobset", self.name]).get("status") or {}
-        terminal = status.get("terminalState") or None
-        return JobSetState(int(status.get("restarts") or 0), terminal)
+        return JobSetState(int(status.get("restarts") or 0), terminal_state(status))
 
     def wait_for_pods(self, attempt: int) -> bool:
         """True once the attempt's pods exist and none is Pending; False when the JobSet
@@ -125,6 +125,20 @@ class Follower:
             raise KubectlError("{}: not JSON: {!r}".format(" ".join(command),
                                                            result.stdout[:80]))
         return answer if isinstance(answer, dict) else {}
+
+
+TERMINAL_CONDITIONS = ("Completed", "Failed")
+
+
+def terminal_state(status: Dict[str, Any]) -> Optional[str]:
+    """"Completed" or "Failed" once the JobSet has ended, else None: its ``terminalState``,
+    or on JobSet releases that do not set one yet, the ended condition that is ``True``."""
+    if status.get("terminalState"):
+        return str(status["terminalState"])
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in TERMINAL_CONDITIONS and condition.get("status") == "True":
+            return str(condition["type"])
+    return None
 
 
 class Waited(Exception):

@@ -125,6 +125,17 @@ def test_a_failed_jobset_ends_it_with_exit_1(cluster):
     assert "JobSet imagenet-run-1 ended: Failed after 0 restarts" in result.stderr
 
 
+def test_a_jobset_release_without_terminal_state_ends_it_by_its_condition(cluster):
+    # JobSet releases before terminalState say it in status.conditions alone.
+    suspended = {"type": "Suspended", "status": "False"}
+    completed = {"type": "Completed", "status": "True"}
+    result, _ = cluster({"jobset": [RUNNING, {"restarts": 0, "conditions": [suspended]},
+                                    {"restarts": 0, "conditions": [suspended, completed]}],
+                         "pods": {"0": [["Running"] * 4]}, "logs": {"0": ["done"]}})
+    assert result.returncode == 0, result.stderr
+    assert "JobSet imagenet-run-1 ended: Completed after 0 restarts" in result.stderr
+
+
 def test_streams_that_end_while_the_jobset_runs_resume_where_they_ended(cluster):
     result, calls = cluster({"jobset": [RUNNING, RUNNING, RUNNING, RUNNING,
                                         {"restarts": 0, "terminalState": "Completed"}],

@@ -187,4 +187,3 @@ def test_every_bad_model_is_one_usage_line_naming_the_flag(user_package, monkeyp
     assert refused.value.exit_code == 64
     assert refused.value.message.startswith(message), refused.value.message
     assert hint in refused.value.hint
-

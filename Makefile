@@ -443,7 +443,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
 		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py imagebuild/pip_check.py
-	$(VENV)/bin/hadolint Dockerfile standin/xrt.Dockerfile standin/pjrt.Dockerfile
+	$(VENV)/bin/hadolint Dockerfile standin/xrt.Dockerfile standin/pjrt.Dockerfile docs/examples/*/Dockerfile
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.cloudbuild cloudbuild.yaml
 	$(PY) -m jobspec cloudbuild cloudbuild.yaml
 	$(VENV)/bin/yamllint -s -d '{extends: default, rules: {line-length: {max: 100}, document-start: disable}}' \

@@ -129,11 +129,16 @@ def locked_pins(reports: Dict[str, object]) -> List[Pin]:
 
 def assumed(reports: Dict[str, object]) -> List[Tuple[str, str]]:
     """(name, version in the stand-in) of what the whole resolution needs that the lock does
-    not install: what the lock assumes the base provides."""
+    not install: what the lock assumes the base provides.
+
+    Only what the stand-in has: whatever else the lock's packages need, a plain install adds,
+    so it is locked. A package the whole resolution names beyond both comes from resolving a
+    base package afresh (torch from the index brings its CUDA wheels, which a pin that needs
+    torch, such as timm, drags in): the base's own business, not an assumption of the lock."""
     locked = {name for name, _, _ in locked_pins(reports)}
     needed = {name for name, _, _ in pins(reports["all"])}
     base = {normalize(entry["name"]): entry["version"] for entry in reports["base"]}
-    return sorted((name, base.get(name, "?")) for name in needed - locked)
+    return sorted((name, base[name]) for name in needed - locked if name in base)
 
 
 def render(runtime: str, locked: Iterable[Pin], from_base: Iterable[Tuple[str, str]]) -> str:

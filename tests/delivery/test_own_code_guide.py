@@ -1,6 +1,6 @@
-"""docs/own-code.md shows the example's files exactly as they are in docs/examples/own-code/,
-which the container tier builds and runs (tests/images/test_own_code.py): the page cannot
-drift from what is tested."""
+"""docs/own-code.md shows the examples' files exactly as they are in docs/examples/, which the
+container tier builds and runs (tests/images/test_own_code.py, test_your_model.py): the page
+cannot drift from what is tested."""
 
 import re
 
@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 
 GUIDE = REPO / "docs" / "own-code.md"
-EXAMPLE = REPO / "docs" / "examples" / "own-code"
+EXAMPLES = REPO / "docs" / "examples"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
@@ -18,12 +18,19 @@ def code_blocks(text):
     return [(match.group(1), match.group(2)) for match in FENCE.finditer(text)]
 
 
-@pytest.mark.parametrize("language, name", [("dockerfile", "Dockerfile"),
-                                            ("python", "train.py")])
-def test_the_guide_shows_the_tested_file_whole(language, name):
+# Each language's blocks on the page, in the page's order: your model, trainer.train, your
+# own script.
+SHOWN = {"dockerfile": ["your-model/Dockerfile", "train-api/Dockerfile", "own-code/Dockerfile"],
+         "python": ["your-model/mymodels/tiny.py", "train-api/train.py", "own-code/train.py"]}
+
+
+@pytest.mark.parametrize("language", sorted(SHOWN))
+def test_the_guide_shows_the_tested_files_whole(language):
     shown = [body for lang, body in code_blocks(GUIDE.read_text()) if lang == language]
-    assert shown == [(EXAMPLE / name).read_text()], "docs/own-code.md's {} block differs " \
-        "from docs/examples/own-code/{}".format(language, name)
+    assert len(shown) == len(SHOWN[language])
+    for body, name in zip(shown, SHOWN[language]):
+        assert body == (EXAMPLES / name).read_text(), "docs/own-code.md's {} block differs " \
+            "from docs/examples/{}".format(language, name)
 
 
 def test_code_blocks_are_found_whole():

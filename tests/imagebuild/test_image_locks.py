@@ -65,6 +65,14 @@ def test_top_level_pins_are_locked_even_where_the_stand_in_has_them():
     assert assumed(REPORTS) == [("numpy", "2.2.6")]
 
 
+def test_what_only_a_fresh_resolution_of_a_base_package_needs_is_not_assumed():
+    # torch, resolved afresh from the index for a pin that needs it (timm), names CUDA wheels
+    # the base never had: not something the lock assumes the base provides.
+    reports = dict(REPORTS, all={"install": REPORTS["all"]["install"] + [
+        item("nvidia-cublas", "13.1.0"), item("numpy", "2.2.6")]})
+    assert assumed(reports) == [("numpy", "2.2.6")]
+
+
 def test_render_and_read_back(tmp_path):
     path = tmp_path / "image-pjrt.lock"
     path.write_text(render("pjrt", locked_pins(REPORTS), assumed(REPORTS)))

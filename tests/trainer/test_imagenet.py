@@ -1,6 +1,7 @@
 """trainer.imagenet on the real XLA CPU device: ResNet-18 at a small image size, with fake
 data, a real class-folder tree, and real photographs in shards on fake-gcs-server."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -219,6 +220,41 @@ def test_torchvision_families_beyond_resnet_learn(model, image_size, tmp_path):
     summary = imagenet.run(config, paths=OutputPaths.resolve(str(tmp_path), {}))
     assert summary["global_step"] == 8 and summary["trainer"] == "imagenet-" + model
     losses = train_losses(tmp_path)
+    assert len(losses) == 8 and losses[-1] < losses[0], losses
+
+
+
+def no_network_prefix():
+    """``unshare -rn`` where this host lets a process have a network namespace of its own (no
+    interface but loopback), else nothing: the proxies the test sets then stop a request."""
+    try:
+        works = subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode == 0
+    except OSError:
+        works = False
+    return ["unshare", "-rn"] if works else []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is None,
+                    reason="timm is not installed (requirements/dev.lock pins it: make venv)")
+def test_a_timm_model_by_its_builder_learns_without_network(tmp_path):
+    # timm's smallest ViT (test_vit: 6 blocks of width 64, 0.3 M weights) through the same
+    # form as vit_small_patch16_224; its weights start random, so a job without any network
+    # trains (a request for pretrained weights would fail or hang here).
+    job = tmp_path / "job"
+    args = ["--model=timm.models:test_vit", "--fake_data", "--image_size=32", "--batch_size=4",
+            "--num_epochs=1", "--num_steps=8", "--lr=0.05", "--lr_batch=0", "--warmup_epochs=0",
+            "--label_smoothing=0", "--log_steps=1", "--num_workers=0", "--checkpoint_epochs=0",
+            "--job_dir=" + str(job)]
+    closed = "http://127.0.0.1:9"  # the discard port: nothing listens
+    environ = clean_environ(PJRT_DEVICE="CPU", HTTP_PROXY=closed, HTTPS_PROXY=closed,
+                            HF_HUB_DISABLE_TELEMETRY="1")
+    done = subprocess.run(no_network_prefix() + [sys.executable, "-m", "trainer.imagenet"] +
+                          args, cwd=str(REPO), env=environ, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((job / "summary.json").read_text())["trainer"] == (
+        "imagenet-timm.models:test_vit")
+    losses = train_losses(job)
     assert len(losses) == 8 and losses[-1] < losses[0], losses
 
 

@@ -1,0 +1,1 @@
+"""Models of your own, for the trainer's --model=mymodels.MODULE:CALLABLE."""

@@ -39,6 +39,16 @@ def decoder() -> str:
     return "torchvision" if available() else "Pillow"
 
 
+def described() -> str:
+    """What the start-up line says of the decoder (``decoder()``), e.g. "JPEGs decoded by
+    simplejpeg 1.9.0 (fast IDCT)"."""
+    name = decoder()
+    if name == "simplejpeg":
+        return "JPEGs decoded by simplejpeg {}{}".format(
+            getattr(_simplejpeg(), "__version__", "?"), " (fast IDCT)" if FAST_DCT else "")
+    return "JPEGs decoded by {}".format(name)
+
+
 @functools.lru_cache(maxsize=None)
 def _simplejpeg():
     """The simplejpeg module when it imports and decodes a small JPEG, else None (absent on

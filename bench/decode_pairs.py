@@ -159,7 +159,7 @@ def pixel_differences(photos: List[bytes]) -> Dict[str, str]:
     made = pipelines()["now"]
     found = {}
     for kind in ("train", "eval"):
-        largest, means = 0, []
+        differences: Dict[bool, List[tuple]] = {False: [], True: []}  # by: a reduced decode?
         for index, data in enumerate(photos):
             with Image.open(io.BytesIO(data)) as image:
                 full = torch.from_numpy(numpy.array(image.convert("RGB"))).permute(2, 0, 1)
@@ -171,10 +171,15 @@ def pixel_differences(photos: List[bytes]) -> Dict[str, str]:
                 box, flip = images.centre_box(full.shape[2], full.shape[1], SIZE), False
             expected = tensor_crop_resized(full, box, SIZE, flip).int()
             difference = (made[kind](data, index).int() - expected).abs()
-            largest = max(largest, int(difference.max()))
-            means.append(float(difference.float().mean()))
-        found[kind] = "at most {} levels, {:.2f} on average (the largest image mean {:.2f})".format(
-            largest, statistics.mean(means), max(means))
+            reduced = images.reduction(full.shape[2], full.shape[1], box, SIZE) > 1
+            differences[reduced].append((int(difference.max()), float(difference.float().mean())))
+        found[kind] = "; ".join(
+            "{} ({} images): at most {} levels, {:.2f} on average (the largest image mean "
+            "{:.2f})".format("reduced decode, as at fa6bc49" if reduced else "full size",
+                             len(pairs), max(pair[0] for pair in pairs),
+                             statistics.mean(pair[1] for pair in pairs),
+                             max(pair[1] for pair in pairs))
+            for reduced, pairs in differences.items() if pairs)
     return found
 
 

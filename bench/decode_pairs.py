@@ -8,7 +8,8 @@ image (its random-resized crop and flip) and an evaluation image (its centre cro
 pipelines, each written into a row of a ``N x 3 x size x size`` batch as a worker does:
 
 - ``now``: ``images.train_image`` / ``images.eval_image`` of this checkout, with the decoder
-  ``jpeg_decode.decoder()`` names (simplejpeg where importable);
+  ``jpeg_decode.decoder()`` names (simplejpeg where importable; ``--without-simplejpeg``: as
+  where it is not, ``--accurate-idct``: simplejpeg without the fast IDCT, each lever apart);
 - ``fa6bc49``: the pipeline as it was at fa6bc49 (``reference_train`` / ``reference_eval``
   below: Pillow's header, its reduced decode where the crop allows, else torchvision's
   full-size decode, the region copied into channels last, torch's resize, the flip a copy of
@@ -234,18 +235,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--photo-wheel", type=Path)
     parser.add_argument("--check-against", type=Path, help="a checkout of fa6bc49")
+    parser.add_argument("--without-simplejpeg", action="store_true",
+                        help="now as where simplejpeg is absent (the xrt image's decoders)")
+    parser.add_argument("--accurate-idct", action="store_true",
+                        help="simplejpeg with the accurate IDCT (jpeg_decode.FAST_DCT off)")
     args = parser.parse_args()
+    if args.without_simplejpeg:
+        sys.modules["simplejpeg"] = None  # its import fails, as where it is not installed
+    jpeg_decode.FAST_DCT = not args.accurate_idct
     torch.set_num_threads(1)  # a data worker's pool
     with tempfile.TemporaryDirectory() as scratch:
         photos = photographs(Path(scratch), args.per_class, args.long_side, args.photo_wheel)
         if args.check_against:
             check_against(args.check_against, photos, Path(scratch))
     sizes = [Image.open(io.BytesIO(data)).size for data in photos]
-    print("{} photographs, mean {:.0f}x{:.0f} px, {:.1f} KB; decoder now: {}; {} rounds, one "
+    print("{} photographs, mean {:.0f}x{:.0f} px, {:.1f} KB; now: {}; {} rounds, one "
           "core, CPU ms per image (process_time)".format(
               len(photos), statistics.mean(w for w, _ in sizes),
               statistics.mean(h for _, h in sizes),
-              statistics.mean(len(data) for data in photos) / 1e3, jpeg_decode.decoder(),
+              statistics.mean(len(data) for data in photos) / 1e3, jpeg_decode.described(),
               args.rounds))
     found = cpu_per_image(photos, args.rounds)
     differences = pixel_differences(photos)

@@ -170,7 +170,7 @@ def photograph_crops():
     import photos
 
     found = []
-    for name, photo in sorted(photos.source_photos().items())[:4]:
+    for _, photo in sorted(photos.source_photos().items())[:4]:
         scale = 500 / max(photo.size)
         photo = photo.resize((round(photo.size[0] * scale), round(photo.size[1] * scale)),
                              Image.BILINEAR)

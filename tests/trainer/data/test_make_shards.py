@@ -11,8 +11,8 @@ import sys
 import tarfile
 
 import numpy
-import simplejpeg
 import pytest
+import simplejpeg
 import torch
 import worker_kills
 

@@ -2,8 +2,8 @@
 the epoch's order, no image decoded (run: python bench/worker_balance.py [--train N] [--val N]
 [--batch B] [--shard-size N] [--epochs N] [--workers 1,3,7,...]).
 
-The defaults are issue 49's host run (``shared/tools/feed-bench``: 4,000 training photographs,
-500 a class, in shards of 256, batch 256: 15 steps an epoch; 496 for evaluation). Each step's
+The defaults are issue 49's host run (``shared/tools/feed-bench``'s: 4,000 training photographs
+in shards of 250, batch 256: 15 steps an epoch; 500 for evaluation). Each step's
 pieces (runs of a block of ``epoch_order.BLOCK_EXAMPLES`` examples) are cut into at most one
 unit per worker (``epoch_order.units``) and the units dealt to the workers in turn across the
 epochs and evaluations (``stream.worker_items``: worker ``p`` builds units ``p``, ``p + W``,
@@ -51,9 +51,9 @@ def loads(train: int, val: int, batch: int, shard_size: int, epochs: int, worker
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", type=int, default=4000)
-    parser.add_argument("--val", type=int, default=496)
+    parser.add_argument("--val", type=int, default=500)
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--shard-size", type=int, default=256)
+    parser.add_argument("--shard-size", type=int, default=250)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--workers", default="1,3,5,7,9,11,13,15")
     args = parser.parse_args()

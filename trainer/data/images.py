@@ -96,18 +96,18 @@ def train_image(data: bytes, size: int, rng: random.Random, name: str = "an imag
     """A random crop of the image in ``data`` resized to ``size`` and flipped half the time:
     uint8, ``3 x size x size``. A DataError names ``name`` if it does not decode."""
     with _decoding(name):
-        width, height, simple = _dimensions(data)
+        width, height, image = _opened(data)
         box = crop_box(width, height, rng)
         flip = rng.random() < 0.5
-        return _crop_resized(data, width, height, simple, box, size, flip)
+        return _crop_resized(data, width, height, image, box, size, flip)
 
 
 def eval_image(data: bytes, size: int, name: str = "an image") -> torch.Tensor:
     """The centre of the image in ``data`` (256/224 resize and crop): uint8, ``3 x size x
     size``. A DataError names ``name`` if it does not decode."""
     with _decoding(name):
-        width, height, simple = _dimensions(data)
-        return _crop_resized(data, width, height, simple, centre_box(width, height, size), size,
+        width, height, image = _opened(data)
+        return _crop_resized(data, width, height, image, centre_box(width, height, size), size,
                              False)
 
 
@@ -155,19 +155,22 @@ def reduction(width: int, height: int, box: Box, size: int) -> int:
     return next((divisor for divisor in (8, 4, 2) if most >= divisor), 1)
 
 
-def _dimensions(data: bytes) -> Tuple[int, int, bool]:
-    """(width, height, whether simplejpeg decodes it) of the image in ``data``: from
-    simplejpeg's header where it takes the image (a tenth of Pillow's ``open``), else Pillow's."""
+def _opened(data: bytes) -> tuple:
+    """(width, height, the image opened by Pillow) of the image in ``data``; the image None
+    where simplejpeg decodes it: its header is read instead (a fraction of Pillow's
+    ``open``)."""
     simple = jpeg_decode.header(data)
     if simple is not None and torch_resamples_uint8():
-        return simple[0], simple[1], True
-    width, height = open_image(data).size
-    return width, height, False
+        return simple[0], simple[1], None
+    image = open_image(data)
+    return image.size[0], image.size[1], image
 
 
-def _crop_resized(data: bytes, width: int, height: int, simple: bool, box: Box, size: int,
+def _crop_resized(data: bytes, width: int, height: int, image, box: Box, size: int,
                   flip: bool) -> torch.Tensor:
-    if simple:
+    """``box`` resized to ``size`` (mirrored if ``flip``) of the ``width x height`` image in
+    ``data``, ``image`` as ``_opened`` gives it."""
+    if image is None:
         divisor = reduction(width, height, box, size)
         try:
             pixels = jpeg_decode.scaled(data, width, height, divisor)
@@ -177,7 +180,7 @@ def _crop_resized(data: bytes, width: int, height: int, simple: bool, box: Box, 
             sx, sy = pixels.shape[2] / width, pixels.shape[1] / height
             return tensor_crop_resized(pixels, (box[0] * sx, box[1] * sy, box[2] * sx,
                                                 box[3] * sy), size, flip)
-    image = open_image(data)
+        image = open_image(data)
     image.draft("RGB", draft_size(width, height, box, size))
     if image.size == (width, height) and _decodes_to_tensor(image):
         try:

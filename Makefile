@@ -458,10 +458,10 @@ lint: $(STAMP)
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
 ## the ImageNet input pipeline on real photographs and its epoch boundary, host 0 of v5e-256
 ## scaled (device busy share), where a run's time goes (input wait), the trainer process's CPU
-## against its data workers', which of its threads work, and the input stream at the host's
-## size against a stand-in step (a ResNet-50 step where CUDA is) and the reference pipeline
-## (bench/*.py; about 75 minutes on 2 cores). bench/spmd.py --reference-examples
-## DIR also runs pytorch/xla's SPMD example.
+## against its data workers', a data worker's CPU per image against fa6bc49's decode, which of
+## its threads work, and the input stream at the host's size against a stand-in step (a
+## ResNet-50 step where CUDA is) and the reference pipeline (bench/*.py; about 75 minutes on 2
+## cores). bench/spmd.py --reference-examples DIR also runs pytorch/xla's SPMD example.
 bench: $(STAMP)
 	$(PY) bench/launcher.py
 	$(PY) bench/startup.py
@@ -476,6 +476,7 @@ bench: $(STAMP)
 	$(PY) bench/epoch_boundary.py
 	$(PY) bench/host_simulation.py
 	$(PY) bench/feed_cpu.py
+	$(PY) bench/decode_pairs.py --per-class 10 --rounds 3
 	$(PY) bench/trainer_threads.py
 	$(PY) bench/feed.py
 

@@ -58,20 +58,9 @@ MCU = 16  # a 4:2:0 JPEG's MCU: 16x16 px (the photographs here are 4:2:0)
 
 def photographs(work: Path, per_class: int, long_side: int, wheel) -> List[bytes]:
     """The plain RGB JPEGs (no grayscale, CMYK or very large one) of a training set."""
-    from PIL import Image
-
     import photos
 
-    tree = work / "tree"
-    photos.build(tree, train=per_class, val=1, wheel=wheel,
-                 **({"long_side": (long_side, long_side), "quality": 90} if long_side else {}))
-    found = []
-    for path in sorted((tree / "train").glob("*/*")):
-        data = path.read_bytes()
-        with Image.open(io.BytesIO(data)) as image:
-            if image.format == "JPEG" and image.mode == "RGB" and max(image.size) <= 1000:
-                found.append(data)
-    return found
+    return photos.plain_jpegs(work / "tree", per_class, long_side, wheel)
 
 
 def pillow(mode: str, eighth: bool = False, header_only: bool = False) -> Callable:

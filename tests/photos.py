@@ -29,7 +29,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 SKIMAGE = "scikit-image==0.26.0"
 # class name: the photo's file in the wheel's skimage/data/
@@ -119,6 +119,25 @@ def build(dest: Path, train: int = 24, val: int = 8, broken: bool = False, seed:
         (dest / "train" / first / "train_{}_broken.JPEG".format(first)).write_bytes(
             good[:len(good) // 3])
     return dest
+
+
+def plain_jpegs(dest: Path, per_class: int, long_side: int = 0,
+                wheel: Optional[Path] = None) -> List[bytes]:
+    """The bytes of the plain RGB JPEGs (no grayscale, CMYK, PNG or very large one) of a set
+    built under ``dest`` with ``per_class`` training images a class; ``long_side``: every long
+    side that many px at quality 90 (500: issue 49's kind), 0: the set's usual sizes. For the
+    decode benchmarks."""
+    from PIL import Image
+
+    build(dest, train=per_class, val=1, wheel=wheel,
+          **({"long_side": (long_side, long_side), "quality": 90} if long_side else {}))
+    found = []
+    for path in sorted((dest / "train").glob("*/*")):
+        data = path.read_bytes()
+        with Image.open(io.BytesIO(data)) as image:
+            if image.format == "JPEG" and image.mode == "RGB" and max(image.size) <= 1000:
+                found.append(data)
+    return found
 
 
 def build_noise(dest: Path, train: int = 8, val: int = 2, classes: int = 2,

@@ -26,7 +26,7 @@ import torch
 
 from trainer import storage
 from trainer.batches import WHOLE, HostPart, epoch_order, steps_in
-from trainer.data import plan, shared_memory, stream
+from trainer.data import jpeg_decode, plan, shared_memory, stream
 from trainer.data.epoch_order import Cut, Piece
 from trainer.data.folder_tree import Labelled, read_tree
 from trainer.data.shard_examples import Example
@@ -124,5 +124,6 @@ class FolderSource(stream.StreamSource):
         return {"examples": len(self.train.files), "digest": digest.hexdigest()[:16]}
 
     def describe(self) -> str:
-        return "{} class folders ({} train, {} val images), {} data worker(s)".format(
-            self.train.root.uri, len(self.train.files), len(self.val.files), self.workers)
+        return "{} class folders ({} train, {} val images), {} data worker(s), {}".format(
+            self.train.root.uri, len(self.train.files), len(self.val.files), self.workers,
+            jpeg_decode.described())

@@ -5,9 +5,11 @@ the host copies 1 byte per value instead of 4.
 Training takes torchvision's ``RandomResizedCrop`` (scale 0.08-1, aspect 3/4-4/3) and a
 horizontal flip; evaluation resizes the shorter side to ``size * 256 / 224`` and takes the
 centre (the usual 256/224). Both decode a JPEG at a reduced size where the crop allows it
-(libjpeg scales by 1/2, 1/4 or 1/8 while decoding: far fewer pixels to decode), otherwise
-straight into a tensor where torchvision can (``jpeg_decode``), and crop and resize in one
-resample (``resample``). Grayscale, CMYK and palette images become RGB; any format Pillow
+(libjpeg scales by 1/2, 1/4 or 1/8 while decoding: far fewer pixels to decode), and crop and
+resize in one resample (``resample``). A plain JPEG takes the fastest decoder here
+(``jpeg_decode.decoder()``): simplejpeg's header and (reduced) decode where it is installed,
+without Pillow; else Pillow's header and reduced decode, and torchvision's full-size decode
+straight into a tensor. Grayscale, CMYK and palette images become RGB; any format Pillow
 reads is accepted whatever the file's name says. An image that does not decode is a
 ``DataError`` (exit 65) naming it.
 """
@@ -94,19 +96,19 @@ def train_image(data: bytes, size: int, rng: random.Random, name: str = "an imag
     """A random crop of the image in ``data`` resized to ``size`` and flipped half the time:
     uint8, ``3 x size x size``. A DataError names ``name`` if it does not decode."""
     with _decoding(name):
-        image = open_image(data)
-        box = crop_box(image.size[0], image.size[1], rng)
+        width, height, image = _opened(data)
+        box = crop_box(width, height, rng)
         flip = rng.random() < 0.5
-        return _crop_resized(data, image, box, size, flip)
+        return _crop_resized(data, width, height, image, box, size, flip)
 
 
 def eval_image(data: bytes, size: int, name: str = "an image") -> torch.Tensor:
     """The centre of the image in ``data`` (256/224 resize and crop): uint8, ``3 x size x
     size``. A DataError names ``name`` if it does not decode."""
     with _decoding(name):
-        image = open_image(data)
-        return _crop_resized(data, image, centre_box(image.size[0], image.size[1], size),
-                             size, False)
+        width, height, image = _opened(data)
+        return _crop_resized(data, width, height, image, centre_box(width, height, size), size,
+                             False)
 
 
 @contextlib.contextmanager
@@ -144,8 +146,41 @@ def draft_size(width: int, height: int, box: Box, size: int) -> Tuple[int, int]:
     return math.ceil(width * size / crop_w), math.ceil(height * size / crop_h)
 
 
-def _crop_resized(data: bytes, image, box: Box, size: int, flip: bool) -> torch.Tensor:
-    width, height = image.size
+def reduction(width: int, height: int, box: Box, size: int) -> int:
+    """The DCT scale (1/1, 1/2, 1/4 or 1/8 each way) Pillow's ``draft`` picks for ``box`` of a
+    ``width x height`` JPEG and a ``size`` output: the smallest at which the box keeps at least
+    ``size`` pixels each way (``draft_size``); as a divisor."""
+    least = draft_size(width, height, box, size)
+    most = min(width // least[0], height // least[1])
+    return next((divisor for divisor in (8, 4, 2) if most >= divisor), 1)
+
+
+def _opened(data: bytes) -> tuple:
+    """(width, height, the image opened by Pillow) of the image in ``data``; the image None
+    where simplejpeg decodes it: its header is read instead (a fraction of Pillow's
+    ``open``)."""
+    simple = jpeg_decode.header(data)
+    if simple is not None and torch_resamples_uint8():
+        return simple[0], simple[1], None
+    image = open_image(data)
+    return image.size[0], image.size[1], image
+
+
+def _crop_resized(data: bytes, width: int, height: int, image, box: Box, size: int,
+                  flip: bool) -> torch.Tensor:
+    """``box`` resized to ``size`` (mirrored if ``flip``) of the ``width x height`` image in
+    ``data``, ``image`` as ``_opened`` gives it."""
+    if image is None:
+        divisor = reduction(width, height, box, size)
+        try:
+            pixels = jpeg_decode.scaled(data, width, height, divisor)
+        except OSError:  # what libjpeg-turbo refuses strictly Pillow may still read
+            pass
+        else:
+            sx, sy = pixels.shape[2] / width, pixels.shape[1] / height
+            return tensor_crop_resized(pixels, (box[0] * sx, box[1] * sy, box[2] * sx,
+                                                box[3] * sy), size, flip)
+        image = open_image(data)
     image.draft("RGB", draft_size(width, height, box, size))
     if image.size == (width, height) and _decodes_to_tensor(image):
         try:

@@ -1,37 +1,114 @@
-"""JPEG bytes straight to a uint8 tensor by torchvision's decoder (libjpeg-turbo, as Pillow's),
-where this torchvision has a working one.
+"""JPEG bytes straight to uint8 pixels, by the fastest decoder this environment has (all three
+wrap libjpeg-turbo):
+
+- ``simplejpeg`` (the pjrt image and the dev environment): the header alone without Pillow,
+  a decode at a reduced DCT scale (1/2, 1/4, 1/8) as Pillow's ``draft``, into a numpy array
+  that torch takes without a copy; with libjpeg-turbo's fast integer IDCT (``FAST_DCT``).
+- ``torchvision`` (where simplejpeg is absent: the xrt image, Python 3.7): the full-size decode
+  straight into a tensor; ``images`` takes Pillow where the crop allows a reduced decode.
+- ``Pillow`` alone where neither decodes (``images`` then never calls this module's decodes).
 
 Pillow decodes to 4 bytes per pixel and a tensor needs a copy out of it (about a third of the
-decode's time again); torchvision writes the 3 bytes per pixel into the tensor directly. It
-cannot decode at a reduced size, so ``images`` keeps Pillow for the photographs where the crop
-allows that, and for everything that is not a plain RGB or grayscale JPEG.
+decode's time again); the two others write the 3 bytes per pixel once. ``decoder()`` names the
+one that runs (the trainer's start-up line says it).
 """
 
 from __future__ import annotations
 
 import functools
 import io
+from typing import Optional, Tuple
 
 import torch
+
+# libjpeg-turbo's fast integer IDCT (JDCT_IFAST, TensorFlow's default for decode_jpeg) instead
+# of the accurate one: about 10 % of the decode, at most a few levels on a pixel and under one
+# on average before the resize averages further (tests/trainer/data/test_images.py's bound).
+# The chroma upsampling stays the smooth one (the fast one differs by tens of levels at edges).
+FAST_DCT = True
+# What simplejpeg's header calls a JPEG it decodes to RGB as Pillow does (CMYK and YCCK are
+# left to Pillow, which inverts Adobe's CMYK as the other readers expect).
+RGB_SPACES = ("YCbCr", "Gray", "RGB")
+
+
+@functools.lru_cache(maxsize=None)
+def decoder() -> str:
+    """The decoder plain JPEGs take here: "simplejpeg", "torchvision" or "Pillow"."""
+    if _simplejpeg() is not None:
+        return "simplejpeg"
+    return "torchvision" if available() else "Pillow"
+
+
+def described() -> str:
+    """What the start-up line says of the decoder (``decoder()``), e.g. "JPEGs decoded by
+    simplejpeg 1.9.0 (fast IDCT)"."""
+    name = decoder()
+    if name == "simplejpeg":
+        return "JPEGs decoded by simplejpeg {}{}".format(
+            getattr(_simplejpeg(), "__version__", "?"), " (fast IDCT)" if FAST_DCT else "")
+    return "JPEGs decoded by {}".format(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _simplejpeg():
+    """The simplejpeg module when it imports and decodes a small JPEG, else None (absent on
+    Python 3.7: the xrt image keeps torchvision's decoder, without a word)."""
+    try:
+        import simplejpeg
+
+        pixels = simplejpeg.decode_jpeg(_probe())
+    except (ImportError, OSError, ValueError):
+        return None
+    return simplejpeg if pixels.shape == (16, 16, 3) else None
+
+
+def _probe() -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (10, 20, 30)).save(buffer, "JPEG")
+    return buffer.getvalue()
+
+
+def header(data: bytes) -> Optional[Tuple[int, int]]:
+    """(width, height) of the JPEG in ``data`` when simplejpeg runs here and decodes it to RGB
+    (``scaled``), else None (no simplejpeg, not a JPEG, CMYK: Pillow opens it)."""
+    simplejpeg = _simplejpeg()
+    if simplejpeg is None:
+        return None
+    try:
+        height, width, space, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:  # not a JPEG (a PNG ...), or no header libjpeg-turbo reads
+        return None
+    return (width, height) if space in RGB_SPACES else None
+
+
+def scaled(data: bytes, width: int, height: int, reduction: int) -> torch.Tensor:
+    """The JPEG in ``data`` (``header``: ``width x height``) decoded by simplejpeg at
+    1/``reduction`` (1, 2, 4 or 8) of its size each way, rounded up as libjpeg does: RGB uint8
+    ``3 x H x W``, channels last in memory; OSError if it is not a whole JPEG."""
+    try:
+        pixels = _simplejpeg().decode_jpeg(
+            data, fastdct=FAST_DCT, min_height=-(-height // reduction),
+            min_width=-(-width // reduction))
+    except ValueError as error:  # strict: a cut or corrupt file is an error, not grey rows
+        raise OSError("cannot decode the JPEG: {}".format(error))
+    return torch.from_numpy(pixels).permute(2, 0, 1)
 
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     """Whether torchvision here decodes JPEGs (its image extension can be missing or fail to
     load, which only a decode shows)."""
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (16, 16), (10, 20, 30)).save(buffer, "JPEG")
     try:
-        return decoded(buffer.getvalue()).shape == (3, 16, 16)
+        return decoded(_probe()).shape == (3, 16, 16)
     except (ImportError, OSError):
         return False
 
 
 def decoded(data: bytes) -> torch.Tensor:
-    """The JPEG in ``data`` as RGB (grayscale repeated): uint8 ``3 x H x W``, channels last in
-    memory; OSError if it is not a whole JPEG."""
+    """The JPEG in ``data`` as RGB (grayscale repeated), by torchvision: uint8 ``3 x H x W``,
+    channels last in memory; OSError if it is not a whole JPEG."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     try:

@@ -29,7 +29,7 @@ from typing import Dict, List
 
 from trainer import storage
 from trainer.batches import WHOLE, HostPart
-from trainer.data import epoch_order, images, plan, shared_memory, stream
+from trainer.data import epoch_order, images, jpeg_decode, plan, shared_memory, stream
 from trainer.data.shard_index import Shard, load_index, split_identity
 from trainer.data.shard_reads import ShardReader
 from trainer.errors import DataError, TrainerError
@@ -81,10 +81,10 @@ class ShardSource(stream.StreamSource):
             host.index, seed, image_size, num_workers))
 
     def describe(self) -> str:
-        return "{} shards ({} train, {} val examples{}), {} data worker(s) per host".format(
+        return "{} shards ({} train, {} val examples{}), {} data worker(s) per host, {}".format(
             self.root.uri, self.index.examples("train"), self.index.examples("val"),
             ", stored at most {} px on the shorter side".format(self.index.max_side)
-            if self.index.max_side else "", self.workers)
+            if self.index.max_side else "", self.workers, jpeg_decode.described())
 
     def identity(self) -> Dict[str, object]:
         return split_identity(self.index, "train")

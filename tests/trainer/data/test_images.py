@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from PIL import Image
 
-from trainer.data import images, resample
+from trainer.data import images, jpeg_decode, resample
 from trainer.errors import DataError
 
 
@@ -76,6 +76,8 @@ def test_the_decode_is_reduced_only_as_far_as_the_crop_allows():
         image = images.open_image(data)
         image.draft("RGB", images.draft_size(4000, 3000, box, 224))
         assert image.size == decoded, box
+        # simplejpeg's decode takes the same scale (test_jpeg_decode: the same size).
+        assert -(-4000 // images.reduction(4000, 3000, box, 224)) == decoded[0], box
         scale = image.size[0] / 4000
         assert min(box[2] - box[0], box[3] - box[1]) * scale >= 224
 
@@ -108,10 +110,12 @@ def test_what_does_not_decode_is_a_data_error_naming_it(cut):
 
 
 @pytest.mark.parametrize("mode, kind", [("RGB", "JPEG"), ("L", "JPEG"), ("RGB", "PNG")])
-def test_each_full_size_path_gives_the_crop_that_pillow_alone_gives(mode, kind):
-    # Plain JPEGs take torchvision's decode, the rest Pillow's; torch resizes both. With no
-    # reduced decode (224 px from crops under 448 px), the pixels decoded are Pillow's
-    # (test_jpeg_decode), so only the two resamplers differ: at most 2 levels (test_resample).
+def test_each_full_size_path_gives_the_crop_that_pillow_alone_gives(mode, kind, monkeypatch):
+    # Plain JPEGs take simplejpeg's decode, the rest Pillow's; torch resizes both. With no
+    # reduced decode (224 px from crops under 448 px) and the accurate IDCT, the pixels
+    # decoded are Pillow's (test_jpeg_decode), so only the two resamplers differ: at most 2
+    # levels (test_resample). The fast IDCT's own bound: the photographs' test below.
+    monkeypatch.setattr(jpeg_decode, "FAST_DCT", False)
     y, x = torch.meshgrid(torch.arange(375.0), torch.arange(500.0), indexing="ij")
     wave = ((x / 16).sin() * (y / 16).cos() + 1) * 120
     picture = Image.fromarray(torch.stack([wave, 240 - wave, wave / 2], -1).to(torch.uint8)
@@ -158,3 +162,49 @@ def test_the_reduced_decode_of_a_photograph_is_within_the_stated_bound_of_the_fu
                               images.centre_box(width, height, 224), 224, False).float()
     assert (images.eval_image(data, 224).float() - full).abs().mean() \
         <= REDUCED_DECODE_MEAN_LEVELS
+
+
+def photograph_crops():
+    """(JPEG bytes, box, flip) of issue 49's kind of photographs (tests/photos.py: long side
+    500 px, quality 90, 4:2:0), three training crops and the evaluation's centre each."""
+    import photos
+
+    found = []
+    for _, photo in sorted(photos.source_photos().items())[:4]:
+        scale = 500 / max(photo.size)
+        photo = photo.resize((round(photo.size[0] * scale), round(photo.size[1] * scale)),
+                             Image.BILINEAR)
+        data = encoded(photo, quality=90)
+        width, height = photo.size
+        for seed in range(3):
+            draws = random.Random(seed)
+            box = images.crop_box(width, height, draws)
+            found.append((data, box, draws.random() < 0.5, seed))
+        found.append((data, images.centre_box(width, height, 224), False, None))
+    return found
+
+
+def test_the_fast_idct_decode_is_within_its_bound_of_the_accurate_full_decode_and_resize():
+    # simplejpeg's fast integer IDCT (FAST_DCT) against Pillow's accurate full-size decode,
+    # the same crop and flip resized by the same filter. The filter's weights are
+    # non-negative and sum to 1, so the resized images differ by at most the decodes' largest
+    # difference in the region, and on average by at most the decodes' mean difference, each
+    # plus 1 level for the two roundings to integers. These crops take no reduced decode
+    # (none keeps 448 px), so nothing else differs.
+    import numpy
+
+    assert jpeg_decode.FAST_DCT
+    for data, box, flip, seed in photograph_crops():
+        accurate = torch.from_numpy(numpy.array(Image.open(io.BytesIO(data)).convert("RGB")))
+        width, height = accurate.shape[1], accurate.shape[0]
+        assert images.reduction(width, height, box, 224) == 1
+        fast = jpeg_decode.scaled(data, width, height, 1).permute(1, 2, 0)
+        left, top, right, bottom = resample.pixel_box(box, width, height)
+        decoded = (fast.int() - accurate.int()).abs()[top:bottom, left:right]
+        assert decoded.max() <= 8  # libjpeg-turbo's fast IDCT on photographs (docs/benchmarks.md)
+        expected = resample.tensor_crop_resized(accurate.permute(2, 0, 1), box, 224, flip)
+        got = (images.train_image(data, 224, random.Random(seed)) if seed is not None
+               else images.eval_image(data, 224))
+        difference = (got.int() - expected.int()).abs()
+        assert difference.max() <= decoded.max() + 1, seed
+        assert difference.float().mean() <= decoded.float().mean() + 1, seed

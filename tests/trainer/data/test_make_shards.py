@@ -12,6 +12,7 @@ import tarfile
 
 import numpy
 import pytest
+import simplejpeg
 import torch
 import worker_kills
 
@@ -451,6 +452,9 @@ def test_max_shorter_side_stores_every_image_with_its_shorter_side_at_most_n_and
             "--image_size=175 or less" in warning)
     source = ShardSource(str(dest), 64, 8, 0, seed=0)
     assert "16 val examples, stored at most 200 px on the shorter side)" in source.describe()
+    # The start-up line names the decoder (trainer.fit logs describe() as "data: ...").
+    assert source.describe().endswith(", JPEGs decoded by simplejpeg " + simplejpeg.__version__
+                                      + " (fast IDCT)")
     try:
         [(x, y)] = list(source.train_batches(0))[:1]
         assert x.shape == (8, 3, 64, 64) and x.dtype == torch.uint8 and len(y) == 8

@@ -68,3 +68,15 @@ def test_flip_mirrors_left_to_right(resampler):
 ])
 def test_pixel_box_rounds_inside_the_image_and_keeps_a_pixel(box, expected):
     assert resample.pixel_box(box, 200, 100) == expected
+
+
+@pytest.mark.parametrize("box", [(0, 0, 173, 91), (31.4, 7.6, 300, 200), (299, 199, 300, 200)])
+def test_the_mirror_taken_before_the_resize_is_the_mirror_of_the_resized_region(box):
+    # tensor_crop_resized mirrors the region while copying it out: the filter's weights are
+    # symmetric about each output pixel, so the integers are the same as mirroring after.
+    pixels = torch.randint(0, 256, (200, 300, 3), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(1)).permute(2, 0, 1)
+    for size in (64, 224):
+        mirrored = resample.tensor_crop_resized(pixels, box, size, True)
+        assert torch.equal(mirrored, resample.tensor_crop_resized(pixels, box, size, False)
+                           .flip(2))

@@ -1,13 +1,18 @@
 """Trainer start-up on the XLA CPU device (run: make bench, or python bench/startup.py
-[--runs N]).
+[--runs N] [--trainer imagenet] [--baseline CHECKOUT]).
 
 The one-device, host-bound MNIST run (fake data, batch 8) as a whole process, as the launcher
 execs it, ``--runs`` times (default 5): seconds from process start to the trainer's first log
 line and to the end of its first training step (the step's log line), the median and each
-run. Then the same process once more under ``strace -f -c``: its mmap, munmap and total system
-calls (start-up, one training and one evaluation step, a checkpoint; nearly all of them
-start-up), or why none were counted. A loop that maps a frame chunk on every call shows as
-over 100,000 mmap calls (trainer/startup.py). About a minute on 2 cores.
+run. ``--trainer imagenet``: ResNet-50 on fake 64 px images, batch 2, instead (its start-up
+builds and checks a torchvision model). ``--baseline CHECKOUT``: the same runs of another
+checkout of the project (``git worktree add /tmp/base COMMIT``) interleaved with this tree's,
+each figure's median for both and this tree's over the baseline's as a ratio: the paired
+before/after of a change to start-up. Without a baseline, the same process once more under
+``strace -f -c``: its mmap, munmap and total system calls (start-up, one training and one
+evaluation step, a checkpoint; nearly all of them start-up), or why none were counted. A loop
+that maps a frame chunk on every call shows as over 100,000 mmap calls (trainer/startup.py).
+About a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -28,23 +33,29 @@ sys.path.insert(0, str(REPO / "tests"))
 import syscalls  # noqa: E402
 
 FLAGS = ["--fake_data", "--batch_size=8", "--num_epochs=1", "--num_steps=1", "--log_steps=1"]
+TRAINERS = {"mnist": FLAGS,
+            "imagenet": FLAGS[:1] + ["--batch_size=2", "--image_size=64", "--model=resnet50",
+                                     "--num_workers=0"] + FLAGS[2:]}
 FIRST_STEP = "trainer: step 1/"  # the first step's log line: printed once it has finished
 
 
-def trainer_argv(job_dir: str) -> List[str]:
-    return [sys.executable, "-m", "trainer.mnist", "--job_dir=" + job_dir] + FLAGS
+def trainer_argv(job_dir: str, trainer: str = "mnist") -> List[str]:
+    return [sys.executable, "-m", "trainer." + trainer, "--job_dir=" + job_dir] + \
+        TRAINERS[trainer]
 
 
 def environ() -> dict:
     return dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
 
 
-def timed_start() -> Tuple[float, float]:
-    """(seconds to the first log line, seconds to the end of the first step) of one run."""
+def timed_start(trainer: str = "mnist", checkout: Path = REPO) -> Tuple[float, float]:
+    """(seconds to the first log line, seconds to the end of the first step) of one run of
+    ``checkout``'s trainer (``python -m`` from its folder imports its ``trainer``)."""
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as job:
         start = time.perf_counter()
-        process = subprocess.Popen(trainer_argv(job), cwd=str(REPO), env=environ(),
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(trainer_argv(job, trainer), cwd=str(checkout),
+                                   env=environ(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
         first_line = first_step = None
         for line in process.stdout:
             now = time.perf_counter() - start
@@ -53,8 +64,8 @@ def timed_start() -> Tuple[float, float]:
                 first_step = now
         _, err = process.communicate()
         if process.returncode != 0 or first_step is None:
-            raise SystemExit("trainer.mnist failed ({}): {}".format(process.returncode,
-                                                                    err[-2000:]))
+            raise SystemExit("trainer.{} in {} failed ({}): {}".format(
+                trainer, checkout, process.returncode, err[-2000:]))
         return first_line, first_step
 
 
@@ -74,16 +85,30 @@ def counted_calls() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--trainer", choices=sorted(TRAINERS), default="mnist")
+    parser.add_argument("--baseline", type=Path, help="another checkout, run interleaved")
     args = parser.parse_args()
-    runs = [timed_start() for _ in range(args.runs)]
-    print("MNIST start-up, 1 CPU device, fake data, batch 8 (Python {}, {} runs)".format(
-        sys.version.split()[0], args.runs))
+    checkouts = [REPO] + ([args.baseline.resolve()] if args.baseline else [])
+    runs = {checkout: [] for checkout in checkouts}  # type: dict
+    for number in range(args.runs):  # interleaved, alternating which goes first
+        for checkout in (checkouts if number % 2 == 0 else checkouts[::-1]):
+            runs[checkout].append(timed_start(args.trainer, checkout))
+    print("{} start-up, 1 CPU device, fake data, {} (Python {}, {} runs{})".format(
+        args.trainer, " ".join(TRAINERS[args.trainer][1:3]), sys.version.split()[0], args.runs,
+        ", interleaved with {}".format(args.baseline) if args.baseline else ""))
     for label, column in (("first log line", 0), ("first training step", 1)):
-        values = [run[column] for run in runs]
-        print("  {:<38} {:.2f} s median ({})".format(
-            "process start -> " + label, statistics.median(values),
-            ", ".join("{:.2f}".format(v) for v in values)))
-    print("  {:<38} {}".format("system calls (strace -f -c)", counted_calls()))
+        medians = []
+        for checkout in checkouts:
+            values = [run[column] for run in runs[checkout]]
+            medians.append(statistics.median(values))
+            print("  {:<38} {:.2f} s median ({}){}".format(
+                "process start -> " + label, medians[-1],
+                ", ".join("{:.2f}".format(v) for v in values),
+                "" if checkout == REPO else " baseline"))
+        if args.baseline:
+            print("  {:<38} {:.3f}x the baseline's".format("", medians[0] / medians[1]))
+    if not args.baseline:
+        print("  {:<38} {}".format("system calls (strace -f -c)", counted_calls()))
     return 0
 
 

@@ -258,23 +258,36 @@ def runs(order: ExampleOrder, cut: Cut, host: int, first_step: int, workers: int
 Unit = Tuple[int, int, int, List[Piece]]  # (step, part, parts of the step, its pieces)
 
 
-def parts_of(pieces: Sequence[Piece], parts: int) -> List[List[Piece]]:
+def parts_of(pieces: Sequence[Piece], parts: int, phase: int = 0) -> List[List[Piece]]:
     """``pieces`` (one host's part of a step) as at most ``parts`` groups of consecutive whole
     pieces, about equal in examples: work units that several data workers build at once, so
     that no step waits for one worker to decode a whole local batch. Pieces are never cut, so
     the reads are those of the whole step. No pieces (a padded evaluation step past the end of
-    the split): one empty group."""
+    the split): one empty group.
+
+    Where the pieces do not divide evenly, some groups take one piece more; ``phase`` (the
+    step's number) decides which: the cuts fall ``shift`` examples before the equal shares'
+    marks, ``shift`` turning with the phase from none to one example short of the largest
+    piece (so pieces of one example, a class folder's files, are cut as without it).
+    A worker builds the same part of every step (``stream.worker_items``), so without the
+    turn the first part was the large one at every step and its worker set the stream's pace
+    (docs/benchmarks.md#work-units-per-worker). A group holds less than a share and a piece:
+    the first and the middle ones end at the first piece boundary past their mark, and the
+    last starts at most ``shift`` before its mark."""
     pieces = list(pieces)
     if not pieces:
         return [[]]
     parts = max(1, min(parts, len(pieces)))
     total = sum(end - first for _, first, end in pieces)
+    largest = max(end - first for _, first, end in pieces)
+    shift = (phase % parts) * (largest - 1) // max(1, parts - 1)
     groups: List[List[Piece]] = [[]]
     done = 0
     for number, piece in enumerate(pieces):
         behind = len(pieces) - number  # pieces left, this one included
         if groups[-1] and len(groups) < parts and (
-                done * parts >= total * len(groups) or behind <= parts - len(groups)):
+                (done + shift) * parts >= total * len(groups) or
+                behind <= parts - len(groups)):
             groups.append([])
         groups[-1].append(piece)
         done += piece[2] - piece[1]
@@ -296,6 +309,6 @@ def units(order: ExampleOrder, cut: Cut, host: int, first_step: int, parts: int,
     if mixing is not None:
         first_step, end = mixing.group(first_step).start, mixing.group(end - 1).stop
     for step in range(first_step, end):
-        groups = parts_of(order.take(*cut.host_range(step, host)), parts)
+        groups = parts_of(order.take(*cut.host_range(step, host)), parts, step)
         for part, pieces in enumerate(groups):
             yield step, part, len(groups), pieces

@@ -165,6 +165,38 @@ def test_a_steps_units_are_whole_pieces_that_make_up_its_local_batch(hosts, chip
     assert epoch_order.parts_of([], 4) == [[]]  # a padded step past the end: one empty unit
 
 
+@settings(max_examples=examples(50), deadline=None)
+@given(sizes=st.lists(st.one_of(st.just(epoch_order.BLOCK_EXAMPLES),
+                                st.integers(1, epoch_order.BLOCK_EXAMPLES)), min_size=1,
+                      max_size=80),
+       parts=st.integers(1, 40), phase=st.integers(0, 200))
+@example(sizes=[epoch_order.BLOCK_EXAMPLES] * 8, parts=7, phase=6)
+@example(sizes=[1, 1, 1, 32, 32, 32, 32, 32, 32], parts=4, phase=3)
+def test_parts_hold_at_most_a_share_and_a_block_at_any_phase(sizes, parts, phase):
+    # The bound a decoded unit's memory is sized by (plan.py): ceil(L / W) + one block.
+    pieces = [(shard, 0, size) for shard, size in enumerate(sizes)]
+    groups = epoch_order.parts_of(pieces, parts, phase)
+    assert [piece for group in groups for piece in group] == pieces
+    assert all(groups) and len(groups) == min(parts, len(pieces))
+    share = -(-sum(sizes) // len(groups))
+    assert max(sum(end - first for _, first, end in group)
+               for group in groups) <= share + epoch_order.BLOCK_EXAMPLES
+
+
+@pytest.mark.parametrize("pieces, parts", [(8, 7), (9, 7), (17, 16), (17, 8)])
+def test_the_larger_parts_turn_from_step_to_step(pieces, parts):
+    # A worker builds the same part of every step: were the extra piece always in part 0, its
+    # worker would decode twice what the others do at every step and set the stream's pace
+    # (issue 49's 7 workers). Over ``parts`` steps every part is a larger one equally often.
+    equal = [(number, 0, epoch_order.BLOCK_EXAMPLES) for number in range(pieces)]
+    larger = Counter()
+    for step in range(parts):
+        sizes = [len(group) for group in epoch_order.parts_of(equal, parts, step)]
+        larger.update(part for part, size in enumerate(sizes) if size > min(sizes))
+    extra = pieces % parts
+    assert sorted(larger.values()) == [extra] * parts, larger
+
+
 def epoch_steps(order, mixing, batch):
     """The step each example (numbered across the split's shards) trains at, -1: none."""
     starts = numpy.cumsum([0] + order_counts(order))

@@ -85,9 +85,11 @@ def requested_help(argv: List[str], flag_values: Any = FLAGS,
     if wanted & set(HELP_FULL_FLAGS):
         lines.append(flag_values.get_help())
     else:
+        # absl files a script's own flags under its path (``trainer.train``'s callers).
         lines.extend(flag_values.module_help(module) for module in
                      sorted(flag_values.flags_by_module_dict())
-                     if module.split(".")[0] in ("trainer", "__main__"))
+                     if module.split(".")[0] in ("trainer", "__main__")
+                     or module == sys.argv[0])
     return "\n".join(lines)
 
 

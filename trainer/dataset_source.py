@@ -166,11 +166,12 @@ class DatasetSource(DataSource):
         self.seed, self.host, self.workers = seed, host, workers
         self.train_size = dataset_size(train_set, "train_set")
         self.eval_size = 0 if eval_set is None else dataset_size(eval_set, "eval_set")
-        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
-        self.eval_steps = -(-self.eval_size // eval_batch_size)
+        # The items first: a set of wrong items is wrong at any batch size.
         self.train_shape, self.sample = first_batch(train_set, "train_set")
         self.eval_shape = (first_batch(eval_set, "eval_set")[0] if eval_set is not None
                            else None)
+        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
+        self.eval_steps = -(-self.eval_size // eval_batch_size)
         self.layout = {"train_set_examples": self.train_size}
         self._open: List[Any] = []
         last = self.eval_size - (self.eval_steps - 1) * eval_batch_size if self.eval_steps else 0

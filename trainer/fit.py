@@ -380,6 +380,8 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
     outputs.record("eval", dict(accuracy, epoch=state.epoch), state.global_step)
     if "top1" in accuracy:
         outputs.report_hypertune(accuracy["top1"], state.global_step)
+    elif "loss" in accuracy:  # no class scores (``trainer.train``): the loss is the measure
+        outputs.report_hypertune(accuracy["loss"], state.global_step)
 
 
 def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:

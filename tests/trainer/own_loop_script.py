@@ -9,17 +9,20 @@ from absl import flags
 
 import trainer
 
-flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout"], "what to train")
-flags.DEFINE_string("bad", "", "pass this bad input (tests)")
-flags.DEFINE_integer("examples", 96, "training examples")
-flags.DEFINE_integer("eval_examples", 37, "evaluation examples (0: no eval_set)")
 FLAGS = flags.FLAGS
 
 
-def data(examples, seed):
+def define_flags():
+    flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout"], "what to train")
+    flags.DEFINE_string("bad", "", "pass this bad input (tests)")
+    flags.DEFINE_integer("examples", 96, "training examples")
+    flags.DEFINE_integer("eval_examples", 37, "evaluation examples (0: no eval_set)")
+
+
+def data(task, examples, seed):
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(examples, 6, generator=generator)
-    if FLAGS.task == "regress":
+    if task == "regress":
         y = x @ torch.linspace(-1, 1, 6).view(6, 1) + 0.1 * torch.randn(examples, 1,
                                                                         generator=generator)
     else:
@@ -40,11 +43,11 @@ class Pairs(torch.utils.data.Dataset):
         return self.item(index)
 
 
-def model():
+def model(task):
     torch.manual_seed(0)
-    outputs = 1 if FLAGS.task == "regress" else 3
+    outputs = 1 if task == "regress" else 3
     layers = [torch.nn.Linear(6, 16), torch.nn.ReLU()]
-    if FLAGS.task == "dropout":
+    if task == "dropout":
         layers.append(torch.nn.Dropout(0.2))
     return torch.nn.Sequential(*layers, torch.nn.Linear(16, outputs))
 
@@ -67,10 +70,13 @@ BAD = {
 
 
 def main():
+    define_flags()
     FLAGS(sys.argv, known_only=True)  # the script's own flags; trainer.train parses the rest
-    arguments = dict(model=model(), train_set=data(FLAGS.examples, 1),
-                     eval_set=data(FLAGS.eval_examples, 2) if FLAGS.eval_examples else None,
-                     loss_fn=torch.nn.MSELoss() if FLAGS.task == "regress" else None)
+    task = FLAGS.task
+    arguments = dict(model=model(task), train_set=data(task, FLAGS.examples, 1),
+                     eval_set=data(task, FLAGS.eval_examples, 2) if FLAGS.eval_examples
+                     else None,
+                     loss_fn=torch.nn.MSELoss() if task == "regress" else None)
     if FLAGS.bad:
         arguments.update(BAD[FLAGS.bad]())
     summary = trainer.train(**arguments)

@@ -123,10 +123,13 @@ def stopped_then_resumed(job, *args):
     return step
 
 
-def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(tmp_path):
+@pytest.mark.parametrize("task", ["classify", "dropout"])
+def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(tmp_path, task):
+    """Dropout too: the checkpoint carries the device's random state (without it the
+    resumed run's masks differ, and so do the weights)."""
     # 250 steps an epoch: the stop lands inside the first one.
-    args = ("--examples=2000", "--batch_size=8", "--num_epochs=2", "--eval_examples=16",
-            "--num_workers=1")
+    args = ("--task=" + task, "--examples=2000", "--batch_size=8", "--num_epochs=2",
+            "--eval_examples=16", "--num_workers=1")
     returncode, _, err = finish(script("--job_dir=" + str(tmp_path / "whole"), *args))
     assert returncode == 0, err
     step = stopped_then_resumed(tmp_path / "stopped", *args)

@@ -77,7 +77,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
-                      config.precision, spec.eval_rows)
+                      config.precision, spec.eval_rows, config.seed)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,
                                                spec.data.identity())

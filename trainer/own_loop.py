@@ -28,9 +28,9 @@ off before the loss, whatever the targets' shape or dtype. Where the outputs are
 scores (``N x C``) and the targets class numbers (integers of shape ``N``), it reports
 ``top1`` too. ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
 
-A resumed run ends on the weights an uninterrupted run reaches, dropout included: the
-checkpoint holds the host's random state and the device's (the seed of its next draw), and
-the device's is seeded from ``--seed`` at the start.
+A resumed run ends on the weights an uninterrupted run reaches, dropout included: each
+training step's device draws are seeded from ``--seed`` and the step's number
+(``steps.Steps.train``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
-import trainer.xla  # first of ours, at a fixed point (trainer.startup)
+import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices, stop_signal
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
@@ -98,8 +98,6 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
     loss_fn = check_loss(loss_fn)
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    # The device's draws (dropout) from --seed too; a resume puts back the checkpoint's.
-    trainer.xla.set_rng_state(config.seed, trainer.xla.device())
     batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
                                                    topology)
     from trainer.data.workers import resolve_workers

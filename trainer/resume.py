@@ -1,6 +1,5 @@
 """A run's checkpoints: what one holds (model, optimizer, position in the run, running loss,
-the host's and the device's random states, global batch), writing it, and putting a new run
-back where the newest one left off.
+RNG, global batch), writing it, and putting a new run back where the newest one left off.
 
 A checkpoint does not depend on the device count: parameters and optimizer state are
 replicated over the devices and saved once, as on one device. The position in the data is a
@@ -99,8 +98,6 @@ class RunCheckpoints:
         total = float(saved.get("loss_total", 0.0))
         state.loss_total = xla.device_number(total, self.steps.device)
         torch.set_rng_state(saved["torch_rng"])
-        if "device_rng" in saved:  # older checkpoints have none: dropout then draws anew
-            xla.set_rng_state(saved["device_rng"], self.steps.device)
         # That step is saved already: a stop before the next one, or the epoch's end a stop
         # at its last step left to do, writes nothing (it rewrote the same state, 205 MB for
         # ResNet-50, inside the grace window).
@@ -196,8 +193,6 @@ class RunCheckpoints:
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
                 "torch_rng": torch.get_rng_state(),
-                # The device's draws (dropout) continue on resume as they would have.
-                "device_rng": xla.rng_state(steps.device),
                 "job_totals": self.job_totals().as_dict()})
             # The metrics up to this step land before the checkpoint does: same thread, first.
             upload = outputs.staged_upload()

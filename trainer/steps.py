@@ -19,6 +19,9 @@ from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
+# Training steps' device seeds: --seed times this, plus the step (runs of different seeds
+# never share one: a run has fewer steps than this).
+_SEED_STRIDE = 2 ** 31
 
 
 class Steps:
@@ -36,10 +39,11 @@ class Steps:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
                  path: str, precision: str = xla.FP32,
-                 eval_rows: Optional[Callable[[int], int]] = None) -> None:
+                 eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.eval_rows = eval_rows
+        self._seeds = seed * _SEED_STRIDE  # training step n's device draws: from this + n
         self._eval_batch = 0  # the next evaluation batch's number (``eval_rows``)
         self._rows: Optional[int] = None  # the rows of the batch being counted
         self.device = next(model.parameters()).device
@@ -57,7 +61,11 @@ class Steps:
     def train(self, step: int, x: torch.Tensor, y: torch.Tensor,
               loss_total: torch.Tensor) -> torch.Tensor:
         """Optimisation step number ``step`` (0-based, over the run); returns the new running
-        loss total."""
+        loss total. Its random draws on the device (dropout) come from a seed of the run's
+        ``seed`` and ``step`` alone: the device's own state advances at every graph cut
+        (torch_xla), so it would depend on how often the run logged and checkpointed, and a
+        resumed run would draw other masks than an uninterrupted one."""
+        xla.set_rng_state(self._seeds + step, self.device)
         return self._train(step, x, y, loss_total)
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:

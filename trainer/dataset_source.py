@@ -61,11 +61,13 @@ def dataset_size(dataset: Any, name: str) -> int:
 
 
 def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
-    """``value`` (a tensor or a number) as a tensor of numbers; anything else is a data error
-    naming the set, the item and the part."""
+    """``value`` (a tensor, a number or a numpy array) as a tensor of numbers; anything else
+    is a data error naming the set, the item and the part."""
     if isinstance(value, torch.Tensor):
         tensor = value
     elif isinstance(value, numbers.Number) and not isinstance(value, complex):
+        tensor = torch.as_tensor(value)
+    elif type(value).__name__ == "ndarray" and value.dtype.kind in "biuf":  # numpy's
         tensor = torch.as_tensor(value)
     else:
         raise DataError("{} item {}: its {} is a {}, not a tensor or a number".format(

@@ -7,7 +7,8 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
 
 - ``model``: a ``torch.nn.Module`` with parameters, taking a batch of inputs (``N x ...``).
 - ``train_set``, ``eval_set`` (None: no evaluation): map-style Datasets of ``(input, target)``
-  items, tensors or numbers, every input of one shape and dtype (and every target).
+  items, tensors, numbers or numpy arrays, every input of one shape and dtype (and every
+  target).
   ``trainer.dataset_source`` batches them: every example once per epoch over the job's hosts,
   the order from ``--seed``, ``--num_workers`` data workers.
 - ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy.

@@ -236,3 +236,34 @@ def test_importing_trainer_stays_cheap():
                             cwd=str(REPO), env=clean_environ(), capture_output=True, text=True)
     assert result.stdout.split() == ["False", "True"], result.stderr
 
+
+
+def test_batches_hold_each_example_once_an_epoch_and_a_resume_continues_at_its_step():
+    """Items of numbers and numpy arrays; two data workers build what the training process
+    builds; the last evaluation batch is padded, and ``real_rows`` names its examples."""
+    import numpy
+
+    from trainer.dataset_source import DatasetSource
+
+    train = _items([(numpy.full(3, i, numpy.float32), i) for i in range(10)])
+    evaluation = _items([(numpy.full(3, i, numpy.float32), float(i)) for i in range(5)])
+    batches = {}
+    for workers in (0, 2):
+        source = DatasetSource(train, evaluation, 4, 4, seed=3, workers=workers)
+        batches[workers] = list(source.train_batches(1))
+        resumed = list(source.train_batches(1, start_step=1))
+        evals = list(source.eval_batches())
+        source.close()
+        assert len(batches[workers]) == source.steps_per_epoch == 2
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                   for a, b in zip(batches[workers][1:], resumed)) and len(resumed) == 1
+        seen = torch.cat([y for _, y in batches[workers]]).tolist()
+        assert len(set(seen)) == 8 and all(row[0] == label for x, y in batches[workers]
+                                           for row, label in zip(x.tolist(), y.tolist()))
+        assert [len(y) for _, y in evals] == [4, 4]
+        assert [source.real_rows(i) for i in range(2)] == [4, 1]
+        assert evals[1][1].tolist() == [4.0, 0.0, 0.0, 0.0]
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(batches[0], batches[2]))
+    other_epoch = DatasetSource(train, None, 4, 4, seed=3)
+    assert [y.tolist() for _, y in other_epoch.train_batches(0)] != [
+        y.tolist() for _, y in batches[0]]

@@ -46,13 +46,9 @@ class TracedPerShape:
         self.model, self.function = model, function
         self._compiled: Dict[Tuple, Callable[..., Sequence[torch.Tensor]]] = {}
 
-    def __call__(self, state: Tensors, batch: Tensors, key: Any = None
-                 ) -> Sequence[torch.Tensor]:
-        """``key``: what else ``function`` depends on (a hashable Python value it reads while
-        traced): another key is another graph."""
+    def __call__(self, state: Tensors, batch: Tensors) -> Sequence[torch.Tensor]:
         inputs = list(state) + list(batch)
-        signature = (self.model.training, key) + tuple((tuple(t.shape), t.dtype)
-                                                       for t in batch)
+        signature = (self.model.training,) + tuple((tuple(t.shape), t.dtype) for t in batch)
         compiled = self._compiled.get(signature)
         if compiled is None:
             from torch.fx.experimental.proxy_tensor import make_fx
@@ -164,10 +160,9 @@ class OneGraphEvalStep:
         self.tensors = ModelTensors(model)
         self._graph = TracedPerShape(model, self._step)
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, totals: Tensors,
-                 key: Any = None) -> Sequence[torch.Tensor]:
-        """``key``: what else ``count`` depends on (``TracedPerShape``)."""
-        return self._graph(self.tensors.state(), [x, y] + list(totals), key)
+    def __call__(self, x: torch.Tensor, y: torch.Tensor,
+                 totals: Tensors) -> Sequence[torch.Tensor]:
+        return self._graph(self.tensors.state(), [x, y] + list(totals))
 
     def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         parameters, buffers, (x, y), totals = _split(inputs, len(self.tensors.parameters),

@@ -34,7 +34,8 @@ class Steps:
     evaluation cuts every batch to them, counts top-k there (``topk`` may be empty: outputs
     that are no class scores) and sums the loss too: ``loss_fn`` of the cut batch times its
     rows, so ``results`` reports the example-weighted mean of ``loss_fn`` over the batches
-    (exact for losses that are means over examples). A batch cut short is one more graph."""
+    (exact for losses that are means over examples). A batch cut short runs lazily, one more
+    graph."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
@@ -52,8 +53,7 @@ class Steps:
         if path == xla.COMPILED:
             self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at,
                                             self.autocast)
-            counting = OneGraphEvalStep(model, self._count, self.autocast)
-            self._count_batch = lambda x, y, totals: counting(x, y, totals, self._rows)
+            self._count_batch = OneGraphEvalStep(model, self._count, self.autocast)
         else:
             self._train = self._lazy_train_step
             self._count_batch = self._lazy_count_batch
@@ -76,6 +76,13 @@ class Steps:
             self._eval_batch += 1
             if self._rows == 0:  # nothing of it counts (``DatasetSource.real_rows``)
                 return counts
+            if self._rows != len(y) and self.path == xla.COMPILED:
+                # The one batch cut short runs lazily: its own compiled graph, under SPMD,
+                # went on reading the parameters of the evaluation it was compiled in
+                # (torch_xla 2.9's graph bridge; test_own_loop's two-device test found it).
+                totals = self._lazy_count_batch(x, y, list(correct) + [seen])
+                xla.sync()
+                return list(totals[:-1]), totals[-1]
         totals = self._count_batch(x, y, list(correct) + [seen])
         return list(totals[:-1]), totals[-1]
 

@@ -12,22 +12,24 @@ rate and batch, and evaluate after every epoch:
   (checkpoints, metrics, summary, model.pt: what it does for a user), and
   **train-no-job-dir** (nothing written), so the machinery's own cost shows apart from its outputs.
 
-Prints each variant's whole-process wall time (the median of ``--rounds`` runs, the variants
-interleaved so that drifts of this machine hit all alike) and each over plain as a ratio:
-below 1.00 is faster than the plain loop.
+Prints each variant's whole-process wall time and CPU time (user and system: on a shared
+machine the steadier one), medians of ``--rounds`` runs, the variants interleaved so that
+drifts of the machine hit all alike, and each over plain as a ratio: below 1.00 is faster
+than the plain loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("plain", "train", "train-no-job-dir")
@@ -97,21 +99,26 @@ def run_train(args: argparse.Namespace, job_dir: str) -> None:
     trainer.train(_model(), _data(args.examples, 1), _data(args.examples // 4, 2), argv=argv)
 
 
-def timed(variant: str, args: argparse.Namespace) -> float:
-    """Wall seconds of one whole process running ``variant``."""
+def timed(variant: str, args: argparse.Namespace) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds: user and system) of one whole process running ``variant``."""
     with tempfile.TemporaryDirectory(prefix="bench-own-loop-") as job:
         command = [sys.executable, __file__, "--as", variant, "--job", job,
                    "--epochs", str(args.epochs), "--examples", str(args.examples),
                    "--batch", str(args.batch)]
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _children_cpu()
         finished = subprocess.run(command, cwd=str(REPO), env=dict(os.environ,
                                   PJRT_DEVICE="CPU"), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, _children_cpu() - cpu
     if finished.returncode != 0:
         sys.exit("{} failed (exit {}):\n{}".format(variant, finished.returncode,
                                                     finished.stdout[-3000:]))
-    return seconds
+    return seconds, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -128,20 +135,21 @@ def main() -> None:
         return run_plain(args)
     if args.variant is not None:
         return run_train(args, args.job if args.variant == "train" else "")
-    seconds: Dict[str, List[float]] = {variant: [] for variant in VARIANTS}
+    seconds: Dict[str, List[Tuple[float, float]]] = {variant: [] for variant in VARIANTS}
     for round_number in range(args.rounds):
         order = VARIANTS if round_number % 2 == 0 else VARIANTS[::-1]
         for variant in order:
             seconds[variant].append(timed(variant, args))
-    plain = statistics.median(seconds["plain"])
-    print("{} epochs of {} examples, batch {}, the XLA CPU device; whole-process wall "
-          "seconds, medians of {} interleaved rounds:".format(args.epochs, args.examples,
-                                                             args.batch, args.rounds))
+    plain = [statistics.median(run[kind] for run in seconds["plain"]) for kind in (0, 1)]
+    print("{} epochs of {} examples, batch {}, the XLA CPU device; whole processes, medians "
+          "of {} interleaved rounds:".format(args.epochs, args.examples, args.batch,
+                                              args.rounds))
     for variant in VARIANTS:
-        median = statistics.median(seconds[variant])
-        print("  {:<18} {:6.1f} s ({})  {:.2f}x plain's time".format(
-            variant, median, ", ".join("{:.1f}".format(s) for s in seconds[variant]),
-            median / plain))
+        wall, cpu = [statistics.median(run[kind] for run in seconds[variant]) for kind in (0, 1)]
+        print("  {:<18} wall {:6.1f} s ({}), {:.2f}x plain's; CPU {:6.1f} s, {:.2f}x plain's"
+              .format(variant, wall, ", ".join("{:.1f}".format(run[0])
+                                               for run in seconds[variant]),
+                      wall / plain[0], cpu, cpu / plain[1]))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,11 @@ from trainer.outputs import OutputPaths
 
 
 def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any]],
-             argv: Optional[List[str]] = None) -> int:
-    """Define and parse flags, build the config, ``run(config, paths=...)``, and map errors
-    to exit codes. The one place that reads the environment (Vertex's ``AIP_*`` dirs)."""
+             argv: Optional[List[str]] = None,
+             fixed: Optional[Dict[str, Any]] = None) -> int:
+    """Define and parse flags, build the config (``fixed``: config fields that are no flag
+    of this trainer), ``run(config, paths=...)``, and map errors to exit codes. The one
+    place that reads the environment (Vertex's ``AIP_*`` dirs)."""
     configure_logging()
     define_flags()
     argv = list(sys.argv if argv is None else argv)
@@ -40,7 +42,7 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
     try:
         _configure_retries_and_deadlines(os.environ)
         _configure_shared_memory(os.environ)
-        config = parse_config(argv)
+        config = parse_config(argv, fixed=fixed)
         _size_host_threads()
         run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
     except TrainerError as error:
@@ -83,9 +85,11 @@ def requested_help(argv: List[str], flag_values: Any = FLAGS,
     if wanted & set(HELP_FULL_FLAGS):
         lines.append(flag_values.get_help())
     else:
+        # absl files a script's own flags under its path (``trainer.train``'s callers).
         lines.extend(flag_values.module_help(module) for module in
                      sorted(flag_values.flags_by_module_dict())
-                     if module.split(".")[0] in ("trainer", "__main__"))
+                     if module.split(".")[0] in ("trainer", "__main__")
+                     or module == sys.argv[0])
     return "\n".join(lines)
 
 
@@ -101,9 +105,11 @@ def exit_process(code: int) -> None:
     os._exit(code)
 
 
-def parse_config(argv: List[str], flag_values: Any = FLAGS) -> TrainConfig:
+def parse_config(argv: List[str], flag_values: Any = FLAGS,
+                 fixed: Optional[Dict[str, Any]] = None) -> TrainConfig:
     """The ``TrainConfig`` that ``argv`` (program name first) asks for, from flags already
-    defined in ``flag_values``; anything unusable is a ``TrainerError`` (exit 64)."""
+    defined in ``flag_values`` (and ``fixed`` fields); anything unusable is a
+    ``TrainerError`` (exit 64)."""
     try:
         positional = flag_values(normalize_argv(argv, flag_values))[1:]
     except flags.Error as error:
@@ -112,7 +118,7 @@ def parse_config(argv: List[str], flag_values: Any = FLAGS) -> TrainConfig:
     if positional:  # the trainers take flags only: a stray word is a mistake, not ignorable
         raise TrainerError("unexpected argument {!r}".format(positional[0]),
                            "pass options as --name=value; see --helpfull", EX_USAGE)
-    return config_from_flags(flag_values)
+    return config_from_flags(flag_values, **(fixed or {}))
 
 
 def _configure_retries_and_deadlines(environ: Mapping[str, str]) -> None:

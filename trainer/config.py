@@ -257,12 +257,14 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         define(name, value, help_text, flag_values=flag_values)
 
 
-def config_from_flags(flag_values: Any = FLAGS) -> TrainConfig:
-    """Build the config from parsed absl flags (unknown config fields keep their default). A
+def config_from_flags(flag_values: Any = FLAGS, **fixed: Any) -> TrainConfig:
+    """Build the config from parsed absl flags (unknown config fields keep their default,
+    or take ``fixed``'s value: what a trainer sets that is no flag of it). A
     trainer's default warmup (ImageNet's 5 epochs) is shortened to a run of fewer epochs
     rather than refused: only a warmup the user asked for is held to the run's length."""
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     values = {name: getattr(flag_values, name) for name in fields if name in flag_values}
+    values.update(fixed)
     if ("warmup_epochs" in flag_values and not flag_values["warmup_epochs"].present
             and "num_epochs" in values):
         values["warmup_epochs"] = min(values["warmup_epochs"], values["num_epochs"])

@@ -48,6 +48,9 @@ class TrainSpec:
     data: DataSource
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     topk: Sequence[int] = (1,)
+    # How many rows of each evaluation batch are examples (``steps.Steps``: evaluation then
+    # also reports the loss); None: padding is labelled ``batches.IGNORE_LABEL``.
+    eval_rows: Optional[Callable[[int], int]] = None
 
 
 def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
@@ -74,7 +77,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
-                      config.precision)
+                      config.precision, spec.eval_rows, config.seed)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,
                                                spec.data.identity())
@@ -306,6 +309,8 @@ class _Run:
         """Evaluate the model as it is after epoch ``state.epoch``, log and record it; on
         SIGTERM stop at the next batch (``Preempted``)."""
         state = self.state
+        if not self.data.eval_steps:  # nothing to evaluate (``trainer.train`` without a set)
+            return {}
         started = time.perf_counter()
         eval_batches = itertools.islice(self.data.eval_batches(),
                                         self.config.eval_steps(self.data.eval_steps))
@@ -369,11 +374,14 @@ def _preempted(message: str, hint: str) -> Preempted:
 
 
 def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs) -> None:
-    line = "  ".join("{} {:.2%}".format(name, value) for name, value in accuracy.items())
+    line = "  ".join(("{} {:.4g}" if name == "loss" else "{} {:.2%}").format(name, value)
+                     for name, value in accuracy.items())
     log.info("epoch %d done (step %d): eval %s", state.epoch, state.global_step, line)
     outputs.record("eval", dict(accuracy, epoch=state.epoch), state.global_step)
     if "top1" in accuracy:
         outputs.report_hypertune(accuracy["top1"], state.global_step)
+    elif "loss" in accuracy:  # no class scores (``trainer.train``): the loss is the measure
+        outputs.report_hypertune(accuracy["loss"], state.global_step)
 
 
 def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:

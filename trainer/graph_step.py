@@ -55,7 +55,14 @@ class TracedPerShape:
 
             # A plain function: make_fx miscounts the arguments of a bound method.
             trace = make_fx(lambda *tensors: self.function(*tensors), tracing_mode="fake")
+            # Compiling advances the device's random state (torch_xla cuts a graph on the
+            # way): put it back, so that the first call draws from the state it was given, as
+            # every later call does (``steps.Steps.train`` seeds each step: a resumed run's
+            # first step, which compiles, then draws as the same step of an uninterrupted run).
+            device = inputs[0].device
+            seed = xla.rng_state(device)
             compiled = self._compiled[signature] = xla.compile_traced(trace(*inputs), inputs)
+            xla.set_rng_state(seed, device)
         return compiled(*inputs)
 
 

@@ -183,7 +183,8 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
 def evaluate(steps: Steps, batches: Iterable, stop: Callable[[], bool] = lambda: False,
              input_wait: Callable[[], ContextManager] = contextlib.nullcontext
              ) -> Optional[Dict[str, float]]:
-    """Top-k accuracy over ``batches``; counts stay on the device until the end. None when
+    """Top-k accuracy (and the loss, where ``steps`` sums it: ``Steps.results``) over
+    ``batches``; counts stay on the device until the end. None when
     ``stop()`` turns true first, or a stop signal ends a wait for a batch (``input_wait``, as
     in ``train_epoch``): SIGTERM, since a long evaluation, such as ImageNet's 50,000 images,
     can outlast the platform's grace period."""
@@ -203,9 +204,4 @@ def evaluate(steps: Steps, batches: Iterable, stop: Callable[[], bool] = lambda:
         x, y = batch
         counts = steps.evaluate(x, y, counts)
     xla.sync()
-    correct, seen = counts
-    # One transfer for every count: ``.item()`` on each would wait for a round trip per k.
-    fetched = xla.to_host([seen] + list(correct))
-    count = int(fetched[0].item())
-    return {"top{}".format(k): (float(total.item()) / count if count else 0.0)
-            for total, k in zip(fetched[1:], steps.topk)}
+    return steps.results(counts)

@@ -10,7 +10,7 @@ tensors passed in and returned, so no step reads a value back to the host.
 
 from __future__ import annotations
 
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -19,17 +19,34 @@ from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
+# Training steps' device seeds: --seed times this, plus the step (runs of different seeds
+# never share one: a run has fewer steps than this).
+_SEED_STRIDE = 2 ** 31
 
 
 class Steps:
     """``train(x, y, loss_total)`` and ``evaluate(x, y, counts)`` for one model; ``path``
-    says which way they run (``xla.LAZY`` or ``xla.COMPILED``)."""
+    says which way they run (``xla.LAZY`` or ``xla.COMPILED``).
+
+    ``eval_rows``: None, and evaluation counts top-k hits over the rows whose label is not
+    negative (padding is labelled ``batches.IGNORE_LABEL``); or ``eval_rows(i)``, how many
+    rows of evaluation batch ``i`` (counted from ``zero_counts``) are examples, a prefix, and
+    evaluation cuts every batch to them, counts top-k there (``topk`` may be empty: outputs
+    that are no class scores) and sums the loss too: ``loss_fn`` of the cut batch times its
+    rows, so ``results`` reports the example-weighted mean of ``loss_fn`` over the batches
+    (exact for losses that are means over examples). A batch cut short runs lazily, one more
+    graph."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
-                 path: str, precision: str = xla.FP32) -> None:
+                 path: str, precision: str = xla.FP32,
+                 eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
+        self.eval_rows = eval_rows
+        self._seeds = seed * _SEED_STRIDE  # training step n's device draws: from this + n
+        self._eval_batch = 0  # the next evaluation batch's number (``eval_rows``)
+        self._rows: Optional[int] = None  # the rows of the batch being counted
         self.device = next(model.parameters()).device
         # The forward passes and the loss run in this context (``xla.mixed_precision``).
         self.autocast = xla.mixed_precision(precision)
@@ -44,14 +61,43 @@ class Steps:
     def train(self, step: int, x: torch.Tensor, y: torch.Tensor,
               loss_total: torch.Tensor) -> torch.Tensor:
         """Optimisation step number ``step`` (0-based, over the run); returns the new running
-        loss total."""
+        loss total. Its random draws on the device (dropout) come from a seed of the run's
+        ``seed`` and ``step`` alone: the device's own state advances at every graph cut
+        (torch_xla), so it would depend on how often the run logged and checkpointed, and a
+        resumed run would draw other masks than an uninterrupted one."""
+        xla.set_rng_state(self._seeds + step, self.device)
         return self._train(step, x, y, loss_total)
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
         """Add the batch's top-k hits and its real (not padding) examples to ``counts``."""
         correct, seen = counts
+        if self.eval_rows is not None:
+            self._rows = self.eval_rows(self._eval_batch)
+            self._eval_batch += 1
+            if self._rows == 0:  # nothing of it counts (``DatasetSource.real_rows``)
+                return counts
+            if self._rows != len(y) and self.path == xla.COMPILED:
+                # The one batch cut short runs lazily: its own compiled graph, under SPMD,
+                # went on reading the parameters of the evaluation it was compiled in
+                # (torch_xla 2.9's graph bridge; test_own_loop's two-device test found it).
+                totals = self._lazy_count_batch(x, y, list(correct) + [seen])
+                xla.sync()
+                return list(totals[:-1]), totals[-1]
         totals = self._count_batch(x, y, list(correct) + [seen])
         return list(totals[:-1]), totals[-1]
+
+    def results(self, counts: Counts) -> Dict[str, float]:
+        """``top1`` ... (the share of examples counted) and, with ``eval_rows``, ``loss``
+        (absent when no example was counted), read in one transfer."""
+        correct, seen = counts
+        # One transfer for every count: ``.item()`` on each would wait for a round trip each.
+        fetched = [float(t.item()) for t in xla.to_host([seen] + list(correct))]
+        count = int(fetched[0])
+        results = {"top{}".format(k): (total / count if count else 0.0)
+                   for total, k in zip(fetched[1:], self.topk)}
+        if self.eval_rows is not None and count:
+            results["loss"] = fetched[-1] / count
+        return results
 
     def _lazy_train_step(self, step: int, x: torch.Tensor, y: torch.Tensor,
                          loss_total: torch.Tensor) -> torch.Tensor:
@@ -72,15 +118,28 @@ class Steps:
 
     def _count(self, scores: torch.Tensor, y: torch.Tensor,
                totals: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """``totals`` (hits for each k, then examples seen) plus this batch's."""
-        # With fewer than k classes, top-k counts every prediction as a hit.
-        predictions = scores.topk(min(max(self.topk), scores.shape[1]), dim=1).indices
-        hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
-        correct = [total + hits[:, :k].any(dim=1).sum() for total, k in zip(totals,
-                                                                              self.topk)]
-        return correct + [totals[-1] + (y >= 0).sum()]
+        """``totals`` (hits for each k, [the loss sum,] then examples seen) plus this
+        batch's."""
+        if self.eval_rows is not None and self._rows != len(y):
+            scores, y = scores[:self._rows], y[:self._rows]
+        correct: List[torch.Tensor] = []
+        if self.topk:
+            # With fewer than k classes, top-k counts every prediction as a hit.
+            predictions = scores.topk(min(max(self.topk), scores.shape[1]), dim=1).indices
+            hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
+            correct = [total + hits[:, :k].any(dim=1).sum()
+                       for total, k in zip(totals, self.topk)]
+        if self.eval_rows is None:
+            return correct + [totals[-1] + (y >= 0).sum()]
+        with self.autocast():
+            loss = self.loss_fn(scores, y)
+        return correct + [totals[-2] + loss.float() * len(y), totals[-1] + len(y)]
 
     def zero_counts(self) -> Counts:
-        """Evaluation counts at zero, as device data (``xla.device_number``)."""
-        return ([xla.device_number(0, self.device, torch.int64) for _ in self.topk],
-                xla.device_number(0, self.device, torch.int64))
+        """Evaluation counts at zero, as device data (``xla.device_number``): the top-k
+        hits [and the loss sum], then the examples seen."""
+        self._eval_batch = 0
+        sums = [xla.device_number(0, self.device, torch.int64) for _ in self.topk]
+        if self.eval_rows is not None:
+            sums.append(xla.device_number(0, self.device, torch.float32))
+        return sums, xla.device_number(0, self.device, torch.int64)

@@ -77,6 +77,8 @@ def summarize(name: str, device_kind: str, step_path: str, state: LoopState, bat
         "checkpoint_seconds": phases.checkpoints,
         "compile_seconds": counts.compile_seconds(),
     }
+    if "loss" in accuracy:  # evaluation's loss, where it is reported (``trainer.train``)
+        summary["final_eval_loss"] = accuracy["loss"]
     log.info("done: accuracy %s, %.1f examples/s steady, %d graphs compiled (%s steps); "
              "input wait %.0f%% of %.1f s training, %.1f s evaluating, %.1f s "
              "checkpointing, %.1f s compiling", _percent(summary["final_accuracy"]),

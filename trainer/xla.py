@@ -65,6 +65,16 @@ def wait() -> None:
     xm.wait_device_ops()
 
 
+def rng_state(dev: torch.device) -> int:
+    """The seed ``dev``'s next random op (dropout) draws from: a host-side number that each
+    traced random op advances, so saving and restoring it repeats the draws."""
+    return int(xm.get_rng_state(dev))
+
+
+def set_rng_state(seed: int, dev: torch.device) -> None:
+    xm.set_rng_state(int(seed), dev)
+
+
 def to_host(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     """CPU copies of ``tensors``, in order: those on an XLA device fetched together (one
     request for all, as torch_xla's own ``xm.save`` does in 1.x and 2.x, where ``.cpu()``

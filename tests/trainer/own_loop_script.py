@@ -1,0 +1,88 @@
+"""A user's script calling ``trainer.train`` as its main, for tests/trainer/test_own_loop.py:
+its own absl flags (``--task``, ``--bad``) next to the trainers', a small model and a
+TensorDataset. ``--bad=NAME`` passes one kind of bad input (``BAD``)."""
+
+import sys
+
+import torch
+from absl import flags
+
+import trainer
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout"], "what to train")
+    flags.DEFINE_string("bad", "", "pass this bad input (tests)")
+    flags.DEFINE_integer("examples", 96, "training examples")
+    flags.DEFINE_integer("eval_examples", 37, "evaluation examples (0: no eval_set)")
+
+
+def data(task, examples, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(examples, 6, generator=generator)
+    if task == "regress":
+        y = x @ torch.linspace(-1, 1, 6).view(6, 1) + 0.1 * torch.randn(examples, 1,
+                                                                        generator=generator)
+    else:
+        y = (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()  # 3 classes
+    return torch.utils.data.TensorDataset(x, y)
+
+
+class Pairs(torch.utils.data.Dataset):
+    """Items from ``item(i)`` (bad inputs)."""
+
+    def __init__(self, size, item):
+        self.size, self.item = size, item
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        return self.item(index)
+
+
+def model(task):
+    torch.manual_seed(0)
+    outputs = 1 if task == "regress" else 3
+    layers = [torch.nn.Linear(6, 16), torch.nn.ReLU()]
+    if task == "dropout":
+        layers.append(torch.nn.Dropout(0.2))
+    return torch.nn.Sequential(*layers, torch.nn.Linear(16, outputs))
+
+
+BAD = {
+    # usage (64)
+    "model": lambda: dict(model="not a model"),
+    "loss": lambda: dict(loss_fn="mse"),
+    "loss_shape": lambda: dict(loss_fn=torch.nn.CrossEntropyLoss(reduction="none")),
+    "forward": lambda: dict(model=torch.nn.Linear(5, 3)),
+    # data (65)
+    "empty": lambda: dict(train_set=torch.utils.data.TensorDataset(torch.zeros(0, 6),
+                                                                   torch.zeros(0).long())),
+    "pair": lambda: dict(train_set=Pairs(96, lambda i: torch.zeros(6))),
+    # item 50 is reached only in a data worker (--num_workers=1): its line comes from there
+    "shape": lambda: dict(train_set=Pairs(96, lambda i: (torch.zeros(7 if i == 50 else 6),
+                                                         i % 3))),
+    "target": lambda: dict(train_set=Pairs(96, lambda i: (torch.zeros(6), "cat"))),
+}
+
+
+def main():
+    define_flags()
+    FLAGS(sys.argv, known_only=True)  # the script's own flags; trainer.train parses the rest
+    task = FLAGS.task
+    arguments = dict(model=model(task), train_set=data(task, FLAGS.examples, 1),
+                     eval_set=data(task, FLAGS.eval_examples, 2) if FLAGS.eval_examples
+                     else None,
+                     loss_fn=torch.nn.MSELoss() if task == "regress" else None)
+    if FLAGS.bad:
+        arguments.update(BAD[FLAGS.bad]())
+    summary = trainer.train(**arguments)
+    print("summary", summary["global_step"], summary.get("final_eval_loss"),
+          summary.get("final_accuracy"))
+
+
+if __name__ == "__main__":
+    main()

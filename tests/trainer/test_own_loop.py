@@ -1,0 +1,274 @@
+"""``trainer.train`` as a user's script meets it (``own_loop_script.py``, a real process on the
+XLA CPU device): a run on a TensorDataset writes every output and returns the summary; its
+evaluation's loss and top-1 are those of the real examples, never of the last batch's
+padding; SIGTERM mid-epoch exits 143 with a checkpoint, and the rerun ends on the weights of
+an uninterrupted run; two devices (SPMD) train and evaluate; bad input is one line and an exit
+code. The checks before training run in-process too (``run_own``)."""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, TESTS, clean_environ
+from trainer import own_loop
+from trainer.config import TrainConfig
+from trainer.errors import EX_DATAERR, EX_USAGE, TrainerError
+from trainer.outputs import OutputPaths
+
+SCRIPT = TESTS / "trainer" / "own_loop_script.py"
+EVAL_EXAMPLES, EVAL_BATCH = 37, 8  # 4 full batches and one of 5 examples padded with 3
+
+
+def script(*args, environ=None):
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT)] + list(args), cwd=str(REPO),
+        env=clean_environ(PJRT_DEVICE="CPU", PYTHONPATH=str(REPO), **(environ or {})),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process, timeout=300):
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def script_module():
+    """The script's data and model, for computing what the run should report."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import own_loop_script
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return own_loop_script
+
+
+def direct_eval(task, model_file):
+    """(loss, top-1 or None) of the trained model over the script's eval set, on the host."""
+    user = script_module()
+    model, eval_set = user.model(task), user.data(task, EVAL_EXAMPLES, 2)
+    model.load_state_dict(torch.load(str(model_file), weights_only=False))
+    model.eval()
+    x, y = eval_set.tensors
+    with torch.no_grad():
+        outputs = model(x)
+    if task == "regress":
+        return torch.nn.functional.mse_loss(outputs, y).item(), None
+    top1 = (outputs.argmax(dim=1) == y).double().mean().item()
+    return torch.nn.functional.cross_entropy(outputs, y).item(), top1
+
+
+# The run's loss is a float32 sum, over 5 batches, of each batch's float32 loss times its
+# examples, over 37; the host's is one float32 mean. Each float32 operation rounds by at most
+# 2^-24 relative, and the two computations' roundings (the sum of <= 37 terms and the 16-wide
+# products before it, each within a few ulps) stay well under 1e-5 relative. Padding counted
+# would move the loss by about 3/40 of a zero input's loss difference: orders of magnitude more.
+LOSS_RELATIVE = 1e-5
+
+
+@pytest.mark.parametrize("task, step_mode", [("classify", "compiled"), ("regress", "lazy")])
+def test_a_tensor_dataset_run_writes_every_output_and_evaluates_the_real_examples_only(
+        tmp_path, task, step_mode):
+    job = tmp_path / "job"
+    returncode, out, err = finish(script(
+        "--task=" + task, "--step_mode=" + step_mode, "--job_dir=" + str(job),
+        "--num_epochs=2", "--batch_size=8", "--eval_batch_size={}".format(EVAL_BATCH),
+        "--eval_examples={}".format(EVAL_EXAMPLES)))
+    assert returncode == 0, err
+    summary = json.loads((job / "summary.json").read_text())
+    # What trainer.train returned, as the script printed it.
+    assert "summary {} {} {}".format(summary["global_step"], summary["final_eval_loss"],
+                                     summary["final_accuracy"]) in out
+    assert summary["global_step"] == 2 * (96 // 8) and summary["step_path"] == step_mode
+    assert (job / "model.pt").stat().st_size > 0
+    assert sorted(p.name for p in (job / "checkpoints").iterdir()) == [
+        "ckpt-000000012.pt", "ckpt-000000024.pt"]
+    assert list((job / "tensorboard").glob("events.out.tfevents.*"))
+    records = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    evals = [record for record in records if record["kind"] == "eval"]
+    assert [record["step"] for record in evals] == [12, 24]
+    loss, top1 = direct_eval(task, job / "model.pt")
+    assert summary["final_eval_loss"] == evals[-1]["loss"]
+    assert summary["final_eval_loss"] == pytest.approx(loss, rel=LOSS_RELATIVE)
+    if top1 is None:
+        assert summary["final_accuracy"] is None and "top1" not in evals[-1]
+    else:  # counts of 37: exact
+        assert round(summary["final_accuracy"] * EVAL_EXAMPLES) == round(top1 * EVAL_EXAMPLES)
+
+
+def stopped_then_resumed(job, *args):
+    """The script into ``job``, sent SIGTERM mid-epoch once it logged step 30: exit 143 with a
+    checkpoint at that step; then run again to the end. Returns the stop's step."""
+    process = script("--job_dir=" + str(job), "--log_steps=1", *args)
+    try:
+        for line in process.stdout:
+            if re.search(r"step 30/", line):
+                break
+        process.send_signal(signal.SIGTERM)
+        returncode, _, err = finish(process, 120)
+    finally:
+        process.kill()
+    assert returncode == 143, err
+    assert "Traceback" not in err
+    stopped = re.search(r"Preempted: stopped by SIGTERM at step (\d+); checkpoint (\S+)", err)
+    assert stopped, err
+    step = int(stopped.group(1))
+    assert torch.load(stopped.group(2), weights_only=False)["step"] == step
+    returncode, out, err = finish(script("--job_dir=" + str(job), *args))
+    assert returncode == 0, err
+    assert "resumed from" in out
+    return step
+
+
+@pytest.mark.parametrize("task", ["classify", "dropout"])
+def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(tmp_path, task):
+    """Dropout too: the checkpoint carries the device's random state (without it the
+    resumed run's masks differ, and so do the weights)."""
+    # 250 steps an epoch: the stop lands inside the first one.
+    args = ("--task=" + task, "--examples=2000", "--batch_size=8", "--num_epochs=2",
+            "--eval_examples=16", "--num_workers=1")
+    returncode, _, err = finish(script("--job_dir=" + str(tmp_path / "whole"), *args))
+    assert returncode == 0, err
+    step = stopped_then_resumed(tmp_path / "stopped", *args)
+    assert 30 <= step < 250, "not stopped mid-epoch"
+    whole = torch.load(str(tmp_path / "whole" / "model.pt"), weights_only=False)
+    resumed = torch.load(str(tmp_path / "stopped" / "model.pt"), weights_only=False)
+    assert whole.keys() == resumed.keys()
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+
+
+def test_two_devices_train_and_evaluate_the_real_examples(tmp_path):
+    """SPMD: the padded last evaluation batch is split over the devices before it is cut."""
+    job = tmp_path / "job"
+    returncode, out, err = finish(script(
+        "--task=regress", "--num_epochs=2", "--batch_size=4", "--job_dir=" + str(job),
+        "--eval_batch_size={}".format(EVAL_BATCH // 2),
+        "--eval_examples={}".format(EVAL_EXAMPLES), "--num_workers=2",
+        environ={"CPU_NUM_DEVICES": "2"}))
+    assert returncode == 0, err
+    assert "2 of 2 devices (SPMD" in out
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["devices"] == 2 and summary["global_step"] == 2 * (96 // 8)
+    loss, _ = direct_eval("regress", job / "model.pt")
+    assert summary["final_eval_loss"] == pytest.approx(loss, rel=LOSS_RELATIVE)
+
+
+@pytest.mark.parametrize("bad, code, text", [
+    ("loss_shape", EX_USAGE, "loss_fn returned a torch.float32 of shape (2,), not a scalar"),
+    # Reached by the data worker only: its one line comes back from there.
+    ("shape", EX_DATAERR, "train_set item 50: its input is torch.float32 of shape (7,) where "
+                          "item 0's is torch.float32 of shape (6,)"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(bad, code, text):
+    returncode, out, err = finish(script("--bad=" + bad, "--num_workers=1", "--batch_size=8"))
+    assert returncode == code, err
+    lines = err.strip().splitlines()
+    assert text in lines[-2] and lines[-1].startswith("HINT: ") and "Traceback" not in err
+    if bad == "shape":  # found in training: the run had said it checkpoints nothing
+        assert "no --job_dir (nor AIP_CHECKPOINT_DIR): checkpoints are not written" in (
+            out + err)
+
+
+def test_flags_are_the_trainers_common_ones_and_the_scripts_own():
+    returncode, out, err = finish(script("--help"))
+    assert returncode == 0, err
+    assert out.startswith("Your model and data on the trainers' run")
+    for flag in ("--job_dir", "--num_epochs", "--optimizer", "--num_workers", "--task"):
+        assert flag + ":" in out
+    for flag in own_loop.EXCLUDED_FLAGS[:-1]:  # --num_workers is this loop's own
+        assert "--{}:".format(flag) not in out
+    returncode, _, err = finish(script("--data_dir=/data"))
+    assert returncode == EX_USAGE and "Unknown command line flag 'data_dir'" in err
+
+
+def _items(items):
+    class Items(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(items)
+
+        def __getitem__(self, index):
+            return items[index]
+
+    return Items()
+
+
+PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long())
+
+
+@pytest.mark.parametrize("arguments, code, text", [
+    (dict(model="net"), EX_USAGE, "model is a str, not a torch.nn.Module"),
+    (dict(model=torch.nn.ReLU()), EX_USAGE, "model ReLU has no parameter to train"),
+    (dict(loss_fn="mse"), EX_USAGE, "loss_fn is a str, not callable"),
+    (dict(loss_fn=lambda out, y: 1.0), EX_USAGE, "loss_fn returned a float, not a scalar"),
+    (dict(model=torch.nn.Linear(5, 3)), EX_USAGE,
+     "model(torch.float32 of shape (2, 6)) failed on train_set's first items: RuntimeError"),
+    (dict(loss_fn=torch.nn.MSELoss()), EX_USAGE, "loss_fn(outputs, targets of torch.int64 "
+                                                 "(2,)) failed on train_set's first items"),
+    (dict(train_set=[1, 2]), EX_DATAERR, "train_set item 0 is a int, not an (input, target)"),
+    (dict(train_set=range(3)), EX_DATAERR, "train_set item 0 is a int, not an (input, "),
+    (dict(train_set=iter(())), EX_USAGE, "train_set is a tuple_iterator, not a map-style"),
+    (dict(train_set=PAIRS, eval_set=_items([])), EX_DATAERR, "eval_set is empty"),
+    (dict(train_set=_items([(torch.zeros(6), "cat")])), EX_DATAERR,
+     "train_set item 0: its target is a str, not a tensor or a number"),
+    (dict(train_set=_items([("x", 1)])), EX_DATAERR,
+     "train_set item 0: its input is a str, not a tensor or a number"),
+    (dict(train_set=_items([(torch.zeros(6), 0), (torch.zeros(6, dtype=torch.float64), 1)])),
+     EX_DATAERR, "train_set item 1: its input is torch.float64 of shape (6,) where item 0's "
+                 "is torch.float32"),
+    (dict(train_set=_items([(torch.zeros(6), 0, 1)])), EX_DATAERR,
+     "train_set item 0 is a tuple of 3 parts, not an (input, target) pair"),
+    (dict(train_set=_items([(torch.zeros(6), 0)] * 3)), EX_USAGE,
+     "--batch_size=8 is larger than the training set (3 examples in train_set)"),
+])
+def test_bad_arguments_are_refused_before_training(arguments, code, text):
+    given = dict(model=torch.nn.Linear(6, 3), train_set=PAIRS, eval_set=None, loss_fn=None)
+    given.update(arguments)
+    config = TrainConfig(data_dir=own_loop.DATA_FROM, batch_size=8, num_epochs=1)
+    with pytest.raises(TrainerError) as raised:
+        own_loop.run_own(config, OutputPaths.resolve(None, {}), **given)
+    assert raised.value.exit_code == code and text in raised.value.message
+    assert raised.value.hint
+
+
+def test_importing_trainer_stays_cheap():
+    """The launcher and the data workers import ``trainer``: ``trainer.train`` must not pull
+    torch in with it."""
+    result = subprocess.run([sys.executable, "-c", "import sys, trainer; "
+                             "print('torch' in sys.modules, callable(trainer.train))"],
+                            cwd=str(REPO), env=clean_environ(), capture_output=True, text=True)
+    assert result.stdout.split() == ["False", "True"], result.stderr
+
+
+
+def test_batches_hold_each_example_once_an_epoch_and_a_resume_continues_at_its_step():
+    """Items of numbers and numpy arrays; two data workers build what the training process
+    builds; the last evaluation batch is padded, and ``real_rows`` names its examples."""
+    import numpy
+
+    from trainer.dataset_source import DatasetSource
+
+    train = _items([(numpy.full(3, i, numpy.float32), i) for i in range(10)])
+    evaluation = _items([(numpy.full(3, i, numpy.float32), float(i)) for i in range(5)])
+    batches = {}
+    for workers in (0, 2):
+        source = DatasetSource(train, evaluation, 4, 4, seed=3, workers=workers)
+        batches[workers] = list(source.train_batches(1))
+        resumed = list(source.train_batches(1, start_step=1))
+        evals = list(source.eval_batches())
+        source.close()
+        assert len(batches[workers]) == source.steps_per_epoch == 2
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                   for a, b in zip(batches[workers][1:], resumed)) and len(resumed) == 1
+        seen = torch.cat([y for _, y in batches[workers]]).tolist()
+        assert len(set(seen)) == 8 and all(row[0] == label for x, y in batches[workers]
+                                           for row, label in zip(x.tolist(), y.tolist()))
+        assert [len(y) for _, y in evals] == [4, 4]
+        assert [source.real_rows(i) for i in range(2)] == [4, 1]
+        assert evals[1][1].tolist() == [4.0, 0.0, 0.0, 0.0]
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(batches[0], batches[2]))
+    other_epoch = DatasetSource(train, None, 4, 4, seed=3)
+    assert [y.tolist() for _, y in other_epoch.train_batches(0)] != [
+        y.tolist() for _, y in batches[0]]

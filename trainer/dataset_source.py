@@ -1,0 +1,248 @@
+"""A ``DataSource`` over the user's map-style torch Datasets (``trainer.train``).
+
+Items are ``(input, target)`` pairs of tensors or numbers. Training batches follow
+``batches.epoch_order`` cut into global batches, each host taking its piece
+(``HostPart.of``), the ragged end dropped: every example once per epoch over the job, the order
+a function of ``--seed`` and the epoch alone, so a resume at ``start_step`` continues at the
+exact example. Batches are built by ``--num_workers`` data workers through
+``trainer.data.loader.load`` (item ``i`` of its dataset is batch ``i``, collated), so an item
+that cannot be batched is reported from a worker as one line (``DataError``, exit 65) naming
+the set and the item's index.
+
+Each batch is built with torch's host random state seeded from (seed, epoch, step) and put
+back afterwards: randomness in a dataset's ``__getitem__`` (augmentation by torch's generator)
+is then the same for any worker count, and after a resume.
+
+Evaluation batches keep the dataset's order; the last is padded to full size with zeros (so
+the shapes never change) and ``real_rows(i)`` says how many rows of evaluation batch ``i``
+are examples: a prefix, which the steps cut before the loss and top-1 (``steps.Steps``).
+On a slice of several hosts the hosts' pieces of a global batch need not land in order on the
+mesh, so there a padded last batch is left out of the evaluation (0 real rows), with a warning
+naming how many examples that leaves out.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import Dataset
+
+from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, steps_in
+from trainer.errors import DataError, TrainerError
+
+log = logging.getLogger("trainer")
+
+# How each batch's host random state is seeded: from the run's seed, the epoch and the step.
+_SEED_MIX = (1_000_003, 7919)
+
+
+def dataset_size(dataset: Any, name: str) -> int:
+    """``len(dataset)`` of a map-style Dataset; anything else is a usage error (64), and an
+    empty one a data error (65)."""
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise TrainerError("{} is a {}, not a map-style Dataset (items by index, and a "
+                           "length)".format(name, type(dataset).__name__),
+                           "pass a torch.utils.data.Dataset with __len__ and __getitem__, "
+                           "e.g. TensorDataset(inputs, targets)")
+    try:
+        size = len(dataset)
+    except Exception as error:  # the user's __len__
+        raise TrainerError("len({}) failed: {}: {}".format(
+            name, type(error).__name__, _first_line(error)),
+            "a map-style Dataset's __len__ returns its number of items")
+    if size <= 0:
+        raise DataError("{} is empty".format(name),
+                        "give it at least one (input, target) item{}".format(
+                            "" if name == "train_set" else ", or pass eval_set=None"))
+    return size
+
+
+def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
+    """``value`` (a tensor, a number or a numpy array) as a tensor of numbers; anything else
+    is a data error naming the set, the item and the part."""
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, numbers.Number) and not isinstance(value, complex):
+        tensor = torch.as_tensor(value)
+    elif type(value).__name__ == "ndarray" and value.dtype.kind in "biuf":  # numpy's
+        tensor = torch.as_tensor(value)
+    else:
+        raise DataError("{} item {}: its {} is a {}, not a tensor or a number".format(
+            name, index, what, type(value).__name__),
+            "items are (input, target) pairs of tensors or numbers")
+    if tensor.dtype.is_complex or not (tensor.dtype.is_floating_point or tensor.dtype in (
+            torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)):
+        raise DataError("{} item {}: its {} has dtype {}".format(name, index, what,
+                                                                  tensor.dtype),
+                        "inputs and targets are real numbers (float, int or bool)")
+    return tensor
+
+
+def item_pair(dataset: Any, name: str, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Item ``index`` of ``dataset`` as (input, target) tensors; an item that is not such a
+    pair is a data error naming it."""
+    item = dataset[index]
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        what = ("a {} of {} parts".format(type(item).__name__, len(item))
+                if isinstance(item, (tuple, list)) else "a {}".format(type(item).__name__))
+        raise DataError("{} item {} is {}, not an (input, target) pair".format(
+            name, index, what), "make __getitem__ return (input, target)")
+    return (as_tensor(item[0], "input", name, index),
+            as_tensor(item[1], "target", name, index))
+
+
+class ItemShape:
+    """The shape and dtype every item of a set has: its item 0's (input, target)."""
+
+    def __init__(self, first: Tuple[torch.Tensor, torch.Tensor]) -> None:
+        self.parts = tuple((tuple(t.shape), t.dtype) for t in first)
+
+    def check(self, pair: Tuple[torch.Tensor, torch.Tensor], name: str, index: int) -> None:
+        for what, tensor, (shape, dtype) in zip(("input", "target"), pair, self.parts):
+            if tuple(tensor.shape) != shape or tensor.dtype != dtype:
+                raise DataError(
+                    "{} item {}: its {} is {} of shape {} where item 0's is {} of shape {}"
+                    .format(name, index, what, tensor.dtype, tuple(tensor.shape), dtype,
+                            shape), "every item's input (and target) must have one shape and "
+                    "dtype: pad or resize them in the Dataset")
+
+
+class BatchItems(Dataset):
+    """Item ``i``: the examples ``indices[i]`` of ``dataset`` collated into one batch
+    (``seeds[i]`` seeding torch's host generator while they are read)."""
+
+    def __init__(self, dataset: Any, name: str, shape: ItemShape,
+                 indices: Sequence[Sequence[int]], seeds: Sequence[int],
+                 pad_to: int = 0) -> None:
+        self.dataset, self.name, self.shape = dataset, name, shape
+        self.indices, self.seeds, self.pad_to = indices, seeds, pad_to
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Batch:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seeds[i])
+            pairs = []
+            for index in self.indices[i]:
+                pair = item_pair(self.dataset, self.name, index)
+                self.shape.check(pair, self.name, index)
+                pairs.append(pair)
+        if pairs:
+            x = torch.stack([pair[0] for pair in pairs])
+            y = torch.stack([pair[1] for pair in pairs])
+        else:  # a host's piece of a short last batch may hold no example at all
+            x, y = (torch.zeros((0,) + shape, dtype=dtype) for shape, dtype in self.shape.parts)
+        missing = self.pad_to - len(pairs)
+        if missing > 0:
+            x = torch.cat([x, x.new_zeros((missing,) + tuple(x.shape[1:]))])
+            y = torch.cat([y, y.new_zeros((missing,) + tuple(y.shape[1:]))])
+        return x, y
+
+
+def first_batch(dataset: Any, name: str, count: int = 2) -> Tuple[ItemShape, Batch]:
+    """The shape of ``dataset``'s items and a batch of its first ``count`` (checked here, in
+    the training process, before anything starts)."""
+    first = item_pair(dataset, name, 0)
+    shape = ItemShape(first)
+    size = len(dataset)
+    batch = BatchItems(dataset, name, shape, [list(range(min(count, size)))], [0])[0]
+    return shape, batch
+
+
+class DatasetSource(DataSource):
+    """``train_set`` and ``eval_set`` (None: no evaluation) in global batches of
+    ``batch_size`` (evaluation: ``eval_batch_size``), this host's piece of each, built by
+    ``workers`` data workers (0: in the training process, on the device loader's thread)."""
+
+    decodes_images = False  # the input-bound advice: batches are the user's items
+
+    def __init__(self, train_set: Any, eval_set: Optional[Any], batch_size: int,
+                 eval_batch_size: int, seed: int, host: HostPart = WHOLE,
+                 workers: int = 0) -> None:
+        self.train_set, self.eval_set = train_set, eval_set
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.seed, self.host, self.workers = seed, host, workers
+        self.train_size = dataset_size(train_set, "train_set")
+        self.eval_size = 0 if eval_set is None else dataset_size(eval_set, "eval_set")
+        # The items first: a set of wrong items is wrong at any batch size.
+        self.train_shape, self.sample = first_batch(train_set, "train_set")
+        self.eval_shape = (first_batch(eval_set, "eval_set")[0] if eval_set is not None
+                           else None)
+        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
+        self.eval_steps = -(-self.eval_size // eval_batch_size)
+        self.layout = {"train_set_examples": self.train_size}
+        self._open: List[Any] = []
+        last = self.eval_size - (self.eval_steps - 1) * eval_batch_size if self.eval_steps else 0
+        self._last_rows = last if last == eval_batch_size or host.count == 1 else 0
+        if last != self._last_rows:
+            log.warning("evaluation: the last %d examples of eval_set are left out on a slice "
+                        "of %d hosts (a padded batch there cannot be cut to its examples); an "
+                        "eval_set of a multiple of %d examples is evaluated whole", last,
+                        host.count, eval_batch_size)
+
+    def describe(self) -> str:
+        return "train_set: {} examples{}; {} data worker{}".format(
+            self.train_size, ", eval_set: {}".format(self.eval_size) if self.eval_set is not None
+            else " (no eval_set)", self.workers, "" if self.workers == 1 else "s")
+
+    def real_rows(self, batch: int) -> int:
+        """How many rows of evaluation batch ``batch`` (global) are examples: a prefix."""
+        return self._last_rows if batch == self.eval_steps - 1 else self.eval_batch_size
+
+    def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
+        order = epoch_order(self.train_size, self.seed, epoch).tolist()
+        size, mine = self.batch_size, self.host.of(self.batch_size)
+        steps = range(start_step, self.steps_per_epoch)
+        indices = [order[step * size:(step + 1) * size][mine] for step in steps]
+        seeds = [(self.seed * _SEED_MIX[0] + epoch) * _SEED_MIX[1] + step for step in steps]
+        return self._load(BatchItems(self.train_set, "train_set", self.train_shape, indices,
+                                     seeds), epoch * _SEED_MIX[0] + start_step)
+
+    def eval_batches(self) -> Iterator[Batch]:
+        if self.eval_set is None:
+            return iter(())
+        size, mine = self.eval_batch_size, self.host.of(self.eval_batch_size)
+        indices = [list(range(step * size, min(self.eval_size, (step + 1) * size)))
+                   for step in range(self.eval_steps)]
+        # Each host's piece of the padded global batch: its real examples, then zeros.
+        pieces = [whole[mine] for whole in indices]
+        seeds = [self.seed * _SEED_MIX[0] - 1 - step for step in range(self.eval_steps)]
+        return self._load(BatchItems(self.eval_set, "eval_set", self.eval_shape, pieces,
+                                     seeds, pad_to=mine.stop - mine.start), -1)
+
+    def _load(self, items: BatchItems, stream: int) -> Iterator[Batch]:
+        from trainer.data.loader import load
+
+        generator = torch.Generator()  # the workers' seeds: never from the global generator
+        generator.manual_seed(self.seed * _SEED_MIX[0] + stream)
+        batches = load(items, self.workers, batch_size=None, shuffle=False,
+                       generator=generator)
+        self._open.append(batches)
+        return self._each(batches)
+
+    def _each(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        try:
+            for batch in batches:
+                yield batch
+        finally:
+            self._close(batches)
+
+    def _close(self, batches: Any) -> None:
+        if batches in self._open:
+            self._open.remove(batches)
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+    def close(self) -> None:
+        for batches in list(self._open):
+            self._close(batches)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)

@@ -1,0 +1,181 @@
+"""Your model and data on the trainers' run: ``trainer.train(model, train_set, eval_set=None,
+loss_fn=None, argv=None)``, called once per process as a script's main.
+
+The run is ``fit``'s, as ``python -m trainer.mnist`` runs it: SPMD over every local device,
+``--step_mode``, ``--optimizer``, checkpoints and resume at the exact example, SIGTERM and
+Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles in --job_dir.
+
+- ``model``: a ``torch.nn.Module`` with parameters, taking a batch of inputs (``N x ...``).
+- ``train_set``, ``eval_set`` (None: no evaluation): map-style Datasets of ``(input, target)``
+  items, tensors, numbers or numpy arrays, every input of one shape and dtype (and every
+  target).
+  ``trainer.dataset_source`` batches them: every example once per epoch over the job's hosts,
+  the order from ``--seed``, ``--num_workers`` data workers.
+- ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy.
+- ``argv``: the flags, without the program's name (default ``sys.argv[1:]``): the trainers'
+  common flags but the image and data ones; ``--help`` lists them. Flags the script defined
+  with absl before the call are parsed with them (read them from ``absl.flags.FLAGS`` after
+  the call, or parse them yourself first).
+
+Returns the summary (``summary.json``'s dict) when the run completes. A stop (SIGTERM: 143;
+Ctrl-C: 130, after a checkpoint) or an error (one line and a ``HINT:``; exit 64 for a usage
+error: flags, a model or loss that cannot train; 65 for data: an empty set, an item that is
+no pair of numbers, items of differing shapes) ends the process, with the trainers' exit codes.
+
+Evaluation reports ``loss``, the example-weighted mean of ``loss_fn`` over the evaluation
+batches (each batch's loss times its examples, over all examples: exact for a loss that is a
+mean over examples, as the defaults of torch's losses are); the last batch's padding is cut
+off before the loss, whatever the targets' shape or dtype. Where the outputs are class
+scores (``N x C``) and the targets class numbers (integers of shape ``N``), it reports
+``top1`` too. ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
+
+A resumed run ends on the weights an uninterrupted run reaches, dropout included: each
+training step's device draws are seeded from ``--seed`` and the step's number
+(``steps.Steps.train``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+
+import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
+from trainer import devices, stop_signal
+from trainer.cli import exit_process, run_main
+from trainer.config import FLAGS, TrainConfig, define_common_flags
+from trainer.dataset_source import DatasetSource
+from trainer.errors import EX_USAGE, TrainerError
+from trainer.fit import TrainSpec, fit
+from trainer.outputs import OutputPaths
+
+# The trainers' flags that are about their images and data: not this loop's.
+EXCLUDED_FLAGS = ("data_dir", "fake_data", "model", "image_size", "label_smoothing",
+                  "num_workers")
+NUM_WORKERS_HELP = (
+    "data worker processes that build the batches (0, the default: the device loader's "
+    "thread builds them in this process, fastest for items already in memory such as a "
+    "TensorDataset; N: N processes, for a Dataset whose items take work to read or make, "
+    "e.g. files or decoding; -1: one per usable host core)")
+# ``TrainConfig.data_dir``: where this loop's data comes from (the config demands a source).
+DATA_FROM = "trainer.train(train_set)"
+
+
+def define_flags(flag_values: Any = FLAGS) -> None:
+    """The common flags this loop takes, each once: a flag the script (or an earlier call)
+    defined already keeps its definition."""
+    taken = tuple(name for name in TrainConfig.__dataclass_fields__ if name in flag_values)
+    define_common_flags(exclude=EXCLUDED_FLAGS + taken, flag_values=flag_values)
+    if "num_workers" not in flag_values:
+        from absl import flags
+
+        flags.DEFINE_integer("num_workers", 0, NUM_WORKERS_HELP, flag_values=flag_values)
+
+
+def train(model: Any, train_set: Any, eval_set: Any = None,
+          loss_fn: Optional[Callable] = None, argv: Optional[Sequence[str]] = None
+          ) -> Dict[str, Any]:
+    """``trainer.train``: see the module's docstring."""
+    stop_signal.catch_sigterm()  # again (``trainer.train`` did): idempotent
+    argv = list(sys.argv[1:] if argv is None else argv)
+    program = sys.argv[0] if sys.argv and sys.argv[0] else "train"
+    summary: Dict[str, Any] = {}
+
+    def run(config: TrainConfig, *, paths: OutputPaths) -> Dict[str, Any]:
+        summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn))
+        return summary
+
+    code = run_main(define_flags, run, [program] + argv, fixed={"data_dir": DATA_FROM})
+    if code or not summary:  # stopped, failed, or --help printed
+        exit_process(code)
+    return summary
+
+
+def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
+            eval_set: Any, loss_fn: Optional[Callable]) -> Dict[str, Any]:
+    """Check the arguments, then ``fit`` them as ``config`` says; returns the summary."""
+    check_model(model)
+    loss_fn = check_loss(loss_fn)
+    topology = devices.detect(config.devices)
+    torch.manual_seed(config.seed)
+    batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
+                                                   topology)
+    from trainer.data.workers import resolve_workers
+
+    source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
+                           resolve_workers(config.num_workers))
+    topk = first_step_check(model, loss_fn, source.sample)
+    spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn, topk=topk,
+                     eval_rows=source.real_rows)
+    return fit(config, spec, paths, topology)
+
+
+def check_model(model: Any) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TrainerError("model is a {}, not a torch.nn.Module".format(
+            type(model).__name__), "pass the network itself, e.g. trainer.train(Net(), ...)",
+            EX_USAGE)
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        raise TrainerError("model {} has no parameter to train".format(type(model).__name__),
+                           "give it parameters (nn.Linear, nn.Conv2d, ...) that require "
+                           "gradients", EX_USAGE)
+
+
+def check_loss(loss_fn: Optional[Callable]) -> Callable:
+    """``loss_fn``, or cross-entropy for None; anything not callable is a usage error."""
+    if loss_fn is None:
+        return torch.nn.CrossEntropyLoss()
+    if not callable(loss_fn):
+        raise TrainerError("loss_fn is a {}, not callable".format(type(loss_fn).__name__),
+                           "pass a function of (outputs, targets) returning a scalar tensor, "
+                           "e.g. torch.nn.MSELoss(), or None for cross-entropy", EX_USAGE)
+    return loss_fn
+
+
+def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any) -> List[int]:
+    """Run ``model`` and ``loss_fn`` once on ``sample`` (the first training items) where the
+    model is, in evaluation mode (no dropout draws, no batch-norm statistics change), so that
+    a model that does not take the inputs, or a loss that is not a scalar, stops the run with
+    one line before anything compiles. Returns the top-k to report: (1,) where the outputs
+    are class scores (N x C) against class numbers (integers of shape N), else none."""
+    x, y = sample
+    where = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            try:
+                outputs = model(x.to(where))
+            except Exception as error:
+                raise TrainerError(
+                    "model({} of shape {}) failed on train_set's first items: {}: {}".format(
+                        x.dtype, tuple(x.shape), type(error).__name__, _first_line(error)),
+                    "the model takes a batch of the items' inputs (N x item shape)",
+                    EX_USAGE)
+            try:
+                loss = loss_fn(outputs, y.to(where))
+            except Exception as error:
+                raise TrainerError(
+                    "loss_fn(outputs, targets of {} {}) failed on train_set's first items: "
+                    "{}: {}".format(y.dtype, tuple(y.shape), type(error).__name__,
+                                    _first_line(error)),
+                    "loss_fn takes the model's outputs and a batch of the items' targets",
+                    EX_USAGE)
+    finally:
+        model.train(was_training)
+    if (not isinstance(loss, torch.Tensor) or loss.dim() != 0
+            or not loss.dtype.is_floating_point):
+        what = ("a {} of shape {}".format(loss.dtype, tuple(loss.shape))
+                if isinstance(loss, torch.Tensor) else "a {}".format(type(loss).__name__))
+        raise TrainerError("loss_fn returned {}, not a scalar float tensor".format(what),
+                           "reduce it to one number per batch, e.g. reduction='mean'",
+                           EX_USAGE)
+    classes = (isinstance(outputs, torch.Tensor) and outputs.dim() == 2
+               and y.dim() == 1 and not y.dtype.is_floating_point and y.dtype != torch.bool)
+    return [1] if classes else []
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)

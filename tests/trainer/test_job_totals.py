@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-import torch
+from digits import random_digits
 
 from trainer.batches import TensorSource
 from trainer.job_totals import JobTotals
@@ -33,11 +33,7 @@ def test_a_job_stopped_in_its_final_evaluation_is_summarised_over_both_processes
     from trainer.outputs import OutputPaths
 
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    generator = torch.Generator().manual_seed(4)
-    data = _StopDuringEvaluation(
-        torch.randn(64, 1, 28, 28, generator=generator), torch.randint(0, 10, (64,)),
-        torch.randn(32, 1, 28, 28, generator=generator), torch.randint(0, 10, (32,)),
-        batch_size=8, eval_batch_size=8)
+    data = random_digits(64, 32, batch_size=8, source=_StopDuringEvaluation)
     # 8 steps: 5 past the 3 that compile, so the stopped process has a steady rate.
     config = TrainConfig(data_dir="unused", num_epochs=1, batch_size=8, eval_batch_size=8,
                          log_steps=1)

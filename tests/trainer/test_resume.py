@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-import torch
+from digits import random_digits
 
 from conftest import REPO, clean_environ, make_image_folder
 from trainer.batches import TensorSource
@@ -103,10 +103,7 @@ class _SigtermBeforeFirstBatch(TensorSource):
 
 
 def _digits(source=TensorSource):
-    generator = torch.Generator().manual_seed(4)
-    return source(torch.randn(48, 1, 28, 28, generator=generator), torch.randint(0, 10, (48,)),
-                  torch.randn(16, 1, 28, 28, generator=generator), torch.randint(0, 10, (16,)),
-                  batch_size=16, eval_batch_size=8)
+    return random_digits(48, 16, batch_size=16, source=source)
 
 
 def _mnist(job, data, epochs):

@@ -2,6 +2,7 @@
 data, a real class-folder tree, and real photographs in shards on fake-gcs-server."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -207,10 +208,9 @@ def train_losses(job):
 
 
 # Beyond ResNet, at small sizes they take: fake data is one fixed batch of random labels, which
-# a model that trains memorizes, so its loss falls (from about ln 1000 = 6.9; a rate of 0 keeps
-# it where it starts: that is the bug it catches); 8 steps at a rate that moves the weights. Each
-# in a process of its own with XLA's quick compile (conftest.QUICK_COMPILE): the compile is
-# nearly all of such a run's time, and an XLA client takes its flags once, as it starts.
+# a model that trains memorizes, so its loss falls; 8 steps at a rate that moves the weights.
+# Each in a process of its own with XLA's quick compile (conftest.QUICK_COMPILE): the compile
+# is nearly all of such a run's time, and an XLA client takes its flags once, as it starts.
 FAMILY = ["--fake_data", "--image_size=32", "--batch_size=4", "--num_epochs=1",
           "--num_steps=8", "--lr=0.05", "--lr_batch=0", "--warmup_epochs=0",
           "--label_smoothing=0", "--log_steps=1", "--num_workers=0", "--checkpoint_epochs=0"]
@@ -224,18 +224,26 @@ def train_in_a_process(args, job, **environ):
         capture_output=True, text=True, timeout=600)
 
 
-def assert_learned(job, trainer):
-    """The run in ``job`` trained ``trainer`` for its 8 steps, and its loss fell."""
+def assert_learned(job, trainer, below=None):
+    """The run in ``job`` trained ``trainer`` for its 8 steps, and its last loss is below
+    ``below`` (default: its first)."""
     assert json.loads((job / "summary.json").read_text())["trainer"] == trainer
     losses = train_losses(job)
-    assert len(losses) == 8 and losses[-1] < losses[0], losses
+    assert len(losses) == 8 and losses[-1] < (losses[0] if below is None else below), losses
+
+
+# An untrained model guesses: its loss is about ln 1000 = 6.9 whatever its dropout draws (a
+# model that does not train, at --lr=0, stays within 6.77-7.23 here: EfficientNet's stochastic
+# depth moves it most, and its last loss can be below its first). Memorizing the batch takes it
+# a nat lower, the right class e times likelier (MobileNet 5.8 after 8 steps, EfficientNet 0.4).
+UNTRAINED_LOSS_LESS_A_NAT = math.log(imagenet.NUM_CLASSES) - 1
 
 
 @pytest.mark.parametrize("model", ["mobilenet_v3_small", "efficientnet_b0"])
 def test_torchvision_families_beyond_resnet_learn(model, tmp_path):
     done = train_in_a_process(FAMILY + ["--model=" + model], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert_learned(tmp_path, "imagenet-" + model)
+    assert_learned(tmp_path, "imagenet-" + model, below=UNTRAINED_LOSS_LESS_A_NAT)
 
 
 TINY_VIT = '''
@@ -259,6 +267,7 @@ def test_a_vit_of_the_users_own_on_pythonpath_learns_in_the_trainer_process(tmp_
     on_path = dict(PYTHONPATH=str(tmp_path / "code"))
     done = train_in_a_process(model + FAMILY + ["--image_size=16"], tmp_path / "job", **on_path)
     assert done.returncode == 0, done.stderr
+    # No dropout: at --lr=0 each step's loss would equal the first.
     assert_learned(tmp_path / "job", "imagenet-my_models.nets:build")
     # Its patch does not divide 20 px: refused before anything compiles, naming the flag.
     done = train_in_a_process(model + ["--fake_data", "--image_size=20"], tmp_path / "job2",

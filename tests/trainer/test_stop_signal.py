@@ -15,7 +15,7 @@ import pytest
 import torch
 from gcs_fault_proxy import Rule
 
-from conftest import REPO, clean_environ, upload_folder, wait_for_line
+from conftest import REPO, clean_environ, quick_compile, upload_folder, wait_for_line
 from trainer import stop_signal
 
 
@@ -30,8 +30,8 @@ def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
         [sys.executable, "-m", "trainer.imagenet", "--data_dir=" + data, "--job_dir=" + str(job),
          "--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=1",
          "--warmup_epochs=0", "--num_epochs=10", "--log_steps=1"],
-        cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url,
-                                         HOME=str(tmp_path)),
+        cwd=str(REPO), env=quick_compile(clean_environ(
+            PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url, HOME=str(tmp_path))),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert stalled.hit.wait(300), "no shard read was held"

@@ -121,6 +121,19 @@ def clean_environ(**extra: str) -> Dict[str, str]:
     return env
 
 
+# XLA's CPU backend with LLVM at optimisation level 0: the same graph, compiled about 5 times
+# faster into slower code (MobileNet v3 small's training step: 29 s instead of 150 s on this
+# machine). For a trainer process whose test checks what the trainer does with a model (it
+# builds, trains, stops), not how fast the compiled code runs.
+QUICK_COMPILE = "--xla_backend_optimization_level=0"
+
+
+def quick_compile(environ: Dict[str, str]) -> Dict[str, str]:
+    """``environ`` (for a child process) with ``QUICK_COMPILE`` added to its ``XLA_FLAGS``."""
+    environ["XLA_FLAGS"] = (environ.get("XLA_FLAGS", "") + " " + QUICK_COMPILE).strip()
+    return environ
+
+
 @pytest.fixture(scope="session")
 def metadata_server():
     """One GCE metadata server per session: oauth2client reads its address at import time."""

@@ -71,8 +71,8 @@ class BackgroundWriter:
 
     def settle(self) -> None:
         """Block until the write in flight (if any) has ended, from any thread; its error is
-        left for ``wait``. (A stop that ends the process lets the write land first:
-        ``stop_signal.before_ending``.)"""
+        left for ``wait``. (A stop that ends the process lets the write land first, for as long
+        as its deadline allows: ``stop_signal.before_ending``, ``stop_signal.ENDING_S``.)"""
         thread = self._thread
         if thread is not None:
             thread.join()

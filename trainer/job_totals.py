@@ -8,6 +8,17 @@ contributes what its last checkpoint recorded; the steps it trained past that ch
 trained again, and the process that resumes counts them (``steps_redone``, from the progress
 lines the killed one had logged: ``outputs.RunOutputs.steps_past_resume``). A checkpoint
 written before totals were recorded has none: the job's totals then start at that resume.
+
+What the summary counts, precisely (docs/trainers.md): ``processes`` are the processes whose
+totals reached a checkpoint the job went on from (the last one: its summary), and ``resumes``
+those of them that started from a checkpoint, whatever ended the process before (a stop, a
+kill, an error); a process that wrote no checkpoint is in neither. ``stops`` (``summary``'s
+argument) are the stops that reached the training loop, each a ``stop`` line in the metrics
+and a checkpoint at its step; a stop that ends the process at once (``stop_signal``: before a
+step has trained since the start, a second Ctrl-C, the deadline inside a compile) leaves no
+line, like a kill. ``resumes - stops`` are the restarts after those, kills and errors. A step
+saved already is not written again (``resume.RunCheckpoints.save``), so what a process did
+after its last checkpoint (an evaluation cut short by a stop) is not counted, as for a kill.
 """
 
 from __future__ import annotations

@@ -162,7 +162,10 @@ class RunCheckpoints:
         uploads share the writer: ``fit``), so the metrics up to this step are durable before
         the checkpoint is. Every process of a slice calls it at the same step; only
         the writer writes. A step saved already (or restored from) is not written again:
-        this waits for its write, when ``wait``, and returns where it is."""
+        this waits for its write, when ``wait``, and returns where it is. Its ``job_totals``
+        then stay those of its writing (the state is the same; only this process's time since
+        is missing: an evaluation cut short by a stop, counted nowhere, as after a kill):
+        rewriting the whole state for them would cost a stop's grace (205 MB for ResNet-50)."""
         if self.store is None:
             return None
         if self.saved_step == state.global_step:

@@ -36,7 +36,8 @@ itself. Once a step has trained, the loop stops at its next step boundary and ch
 the main thread has neither begun that stop (``stopping``) nor is writing a checkpoint
 (``saving``) ``DEADLINE_S`` after the signal (still inside a later compile, say the first
 evaluation's), the reader's deadline thread ends the process without a checkpoint at this
-step, after the background write in flight (if any) has landed: a GKE Spot node kills the pod
+step, after the background write in flight (if any) has landed, or ``ENDING_S`` later still
+without it (abandoned: the checkpoint before it stays whole): a GKE Spot node kills the pod
 about 15 s after its SIGTERM, mid-write otherwise. ``TRAINER_STOP_DEADLINE`` sets
 ``DEADLINE_S`` (``trainer.cli``) for a platform whose notice is longer. A run that ends on an
 error calls ``stopping`` too, so a stop then cannot replace its error's exit code. The hints
@@ -64,6 +65,12 @@ EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}  # 128 + the signal, as s
 # its stop by then (inside a long compile): 2 s less than the 10 s promised (docs/trainers.md),
 # for the write in flight to land and the workers to end. ``TRAINER_STOP_DEADLINE`` overrides it.
 DEADLINE_S = 8.0
+# Seconds past ``DEADLINE_S`` that ending may take: the ``before_ending`` callbacks (the
+# background checkpoint write in flight landing) get until then, and one still running is
+# abandoned. An abandoned write costs only itself: writes are atomic (``storage``: a local
+# rename; a gs:// object appears only once its upload completes), so the checkpoint before it
+# stays the newest whole one. DEADLINE_S + ENDING_S is within the 10 s promised.
+ENDING_S = 1.5
 
 _received: Optional[int] = None  # the first stop signal's number
 _received_at = 0.0  # when (time.monotonic())
@@ -146,14 +153,28 @@ def _end_process(why: str, hint: str) -> None:
     thread's handler and the reader at once) waits for the first to end it."""
     if not _ending.acquire(blocking=False):
         threading.Event().wait()
+    end_by = _received_at + DEADLINE_S + ENDING_S
     for callback in list(_before_ending):
-        try:
-            callback()
-        except Exception:  # noqa: BLE001 - a cleanup that fails must not keep the process
-            pass
+        _run_until(callback, end_by)
     _end_workers_and_folders()
     _write("Preempted: stopped by {} {}\nHINT: {}\n".format(name(), why, hint))
     os._exit(exit_code())
+
+
+def _run_until(callback: Callable[[], None], end_by: float) -> None:
+    """Run ``callback`` in a thread of its own and wait for it until ``end_by``
+    (``time.monotonic()``), no longer: a write retrying against a storage outage must not
+    keep a stop past its deadline (the process ends, and the thread with it). Its errors are
+    ignored: a cleanup that fails must not keep the process either."""
+    def run() -> None:
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    thread = threading.Thread(target=run, name="stop-signal-before-ending", daemon=True)
+    thread.start()
+    thread.join(max(0.0, end_by - time.monotonic()))
 
 
 def _end_workers_and_folders() -> None:

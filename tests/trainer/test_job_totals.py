@@ -5,10 +5,13 @@ carries."""
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
-import torch
+from digits import random_digits
 
+from conftest import REPO, clean_environ, wait_for_line
 from trainer.batches import TensorSource
 from trainer.job_totals import JobTotals
 
@@ -33,11 +36,7 @@ def test_a_job_stopped_in_its_final_evaluation_is_summarised_over_both_processes
     from trainer.outputs import OutputPaths
 
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    generator = torch.Generator().manual_seed(4)
-    data = _StopDuringEvaluation(
-        torch.randn(64, 1, 28, 28, generator=generator), torch.randint(0, 10, (64,)),
-        torch.randn(32, 1, 28, 28, generator=generator), torch.randint(0, 10, (32,)),
-        batch_size=8, eval_batch_size=8)
+    data = random_digits(64, 32, batch_size=8, source=_StopDuringEvaluation)
     # 8 steps: 5 past the 3 that compile, so the stopped process has a steady rate.
     config = TrainConfig(data_dir="unused", num_epochs=1, batch_size=8, eval_batch_size=8,
                          log_steps=1)
@@ -45,6 +44,21 @@ def test_a_job_stopped_in_its_final_evaluation_is_summarised_over_both_processes
     monkeypatch.setattr(stop_signal, "_received", None)
     with pytest.raises(Preempted):
         mnist.run(config, data_override=data, paths=paths)
+    # A trainer process resumed from there is stopped before it trains a step (its final
+    # evaluation, redone): it ends at once, leaving no checkpoint and no stop line, so the
+    # job counts it nowhere: not in ``stops``, not in ``processes`` or ``resumes``.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer.mnist", "--fake_data", "--num_epochs=1",
+         "--batch_size=8", "--eval_batch_size=8", "--job_dir=" + str(tmp_path)], cwd=str(REPO),
+        env=clean_environ(PJRT_DEVICE="CPU"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        wait_for_line(process, "resumed from")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143 and "before training resumed" in err, err
     monkeypatch.setattr(stop_signal, "_received", None)
     data.armed = False
     summary = mnist.run(config, data_override=data, paths=paths)

@@ -17,6 +17,7 @@ import time
 
 import pytest
 import torch
+from digits import random_digits
 from gcs_fault_proxy import Rule
 from mnist_files import write_mnist
 
@@ -154,11 +155,7 @@ def test_sigterm_during_evaluation_stops_it_with_the_epoch_checkpointed(tmp_path
 
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.setattr(stop_signal, "_received", None)  # restored after this test
-    generator = torch.Generator().manual_seed(4)
-    data = _SigtermDuringEvaluation(
-        torch.randn(48, 1, 28, 28, generator=generator), torch.randint(0, 10, (48,)),
-        torch.randn(400, 1, 28, 28, generator=generator), torch.randint(0, 10, (400,)),
-        batch_size=16, eval_batch_size=8)
+    data = random_digits(48, 400, batch_size=16, source=_SigtermDuringEvaluation)
     config = TrainConfig(data_dir="unused", num_epochs=2, batch_size=16, eval_batch_size=8,
                          log_steps=1)
     with pytest.raises(Preempted) as raised:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from gcs_fault_proxy import Rule
 
-from conftest import REPO, clean_environ, upload_folder, wait_for_line
+from conftest import REPO, clean_environ, quick_compile, upload_folder, wait_for_line
 from trainer import stop_signal
 
 
@@ -30,8 +30,8 @@ def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
         [sys.executable, "-m", "trainer.imagenet", "--data_dir=" + data, "--job_dir=" + str(job),
          "--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=1",
          "--warmup_epochs=0", "--num_epochs=10", "--log_steps=1"],
-        cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url,
-                                         HOME=str(tmp_path)),
+        cwd=str(REPO), env=quick_compile(clean_environ(
+            PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url, HOME=str(tmp_path))),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert stalled.hit.wait(300), "no shard read was held"
@@ -315,3 +315,57 @@ def test_a_run_that_is_ending_is_not_ended_by_a_stop_before_training():
     out, err = _signalled(process, signal.SIGTERM)
     assert "call ended" in out, err
     assert "before training resumed" not in err
+
+
+# A trainer process past its first step whose background checkpoint write (step 2, to gs://)
+# is held by the fault proxy while the main thread sits in a long C call (a compile).
+_STALLED_WRITE = """
+import ctypes, signal, torch
+from trainer import stop_signal
+from trainer.checkpoint_writer import BackgroundWriter
+from trainer.checkpoints import CheckpointStore
+from trainer.storage import open_dir
+stop_signal.DEADLINE_S = {deadline}
+stop_signal.catch_sigterm()
+stop_signal.step_trained()
+store = CheckpointStore(open_dir({job!r}))
+store.save(1, {{"step": 1, "weights": torch.ones(4)}})
+writer = BackgroundWriter()
+with stop_signal.before_ending(writer.settle):
+    writer.submit(lambda: store.save(2, {{"step": 2, "weights": torch.ones(4)}}), "checkpoint")
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(stop_signal.STOPS))
+    print("in the call", flush=True)
+    ctypes.CDLL(None).sleep(120)
+"""
+
+
+def test_the_deadline_abandons_a_background_write_that_outlasts_it(faulty_gcs, tmp_path):
+    # The write in flight gets until DEADLINE_S + ENDING_S to land (it waited for as long as
+    # the upload was retried, 60 s here, before); abandoned, it leaves the checkpoint before
+    # it the newest whole one: a gs:// object appears only once its upload completes.
+    bucket, proxy = faulty_gcs
+    held = proxy.add(Rule("ckpt-000000002", hang_s=60))
+    deadline = 1.0
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STALLED_WRITE.format(
+            deadline=deadline, job="gs://{}/job".format(bucket.name))],
+        cwd=str(REPO), env=clean_environ(STORAGE_EMULATOR_HOST=proxy.url, HOME=str(tmp_path),
+                                         TRAINER_GCS_RETRY_DEADLINE="120"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_line(process, "in the call")
+        assert held.hit.wait(60), "the checkpoint of step 2 was never uploaded"
+        sent = time.monotonic()
+        out, err = _signalled(process, signal.SIGTERM)
+        took = time.monotonic() - sent
+    finally:
+        process.kill()
+    assert process.returncode == 143, err
+    assert "still inside one call" in err and "Traceback" not in err
+    # The bound is 2.5 s, plus up to 5 s for this loaded machine to run the threads and the
+    # exit; the write's retries (up to TRAINER_GCS_RETRY_DEADLINE, 120 s) are far beyond it.
+    bound = deadline + stop_signal.ENDING_S
+    assert took < bound + 5, "exit {:.1f} s after SIGTERM (bound {} s)".format(took, bound)
+    assert took >= bound - 0.1, "the write was not given its time: {:.1f} s".format(took)
+    names = sorted(blob.name for blob in bucket.list_blobs(prefix="job/"))
+    assert names == ["job/ckpt-000000001.pt"], names

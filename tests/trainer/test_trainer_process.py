@@ -20,7 +20,7 @@ import torch
 from checkpoint_damage import overwrite_inside_tensor
 from mnist_files import write_mnist
 
-from conftest import REPO, clean_environ
+from conftest import REPO, clean_environ, quick_compile
 from trainer.checkpoints import SEAL_BYTES, checkpoint_name, non_finite
 from trainer.data import tar_members
 from trainer.data.shard_index import INDEX_NAME, Shard, ShardIndex
@@ -363,10 +363,12 @@ def test_a_data_worker_killed_mid_epoch_ends_the_run_with_one_line_and_exit_70(
     # The kernel's out-of-memory killer sends SIGKILL to a data worker: torch noticed it with
     # a RuntimeError raised wherever the trainer was (often inside a step), a traceback and
     # exit 1.
+    # Its first step's compile is most of its time: XLA's quick compile (conftest) halves it.
     process = trainer("trainer.imagenet", "--data_dir=" + str(photo_shards),
                       "--num_workers=2", "--job_dir=" + str(tmp_path / "job"),
                       "--model=resnet18", "--image_size=32", "--batch_size=4",
-                      "--num_epochs=1", "--warmup_epochs=0", "--log_steps=1")
+                      "--num_epochs=1", "--warmup_epochs=0", "--log_steps=1",
+                      environ=quick_compile({"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}))
     try:
         wait_for_line(process, "step 3/")
         workers = children_of(process.pid)

@@ -458,27 +458,19 @@ lint: $(STAMP)
 ## throughput, lazy vs compiled steps, cold vs warm compile cache, SPMD over 1/2/4 CPU devices,
 ## the ImageNet input pipeline on real photographs and its epoch boundary, host 0 of v5e-256
 ## scaled (device busy share), where a run's time goes (input wait), the trainer process's CPU
-## against its data workers', a data worker's CPU per image against fa6bc49's decode, which of
-## its threads work, and the input stream at the host's size against a stand-in step (a
-## ResNet-50 step where CUDA is) and the reference pipeline (bench/*.py; about 75 minutes on 2
+## against its data workers', a data worker's CPU per image against fa6bc49's decode, how a
+## step's work units fall on the workers, which of its threads work, trainer.train against a
+## plain torch_xla loop, and the input stream at the host's size against a stand-in step (a
+## GPU step where CUDA is) and the reference pipeline (bench/*.py; about 80 minutes on 2
 ## cores). bench/spmd.py --reference-examples DIR also runs pytorch/xla's SPMD example.
+BENCHES := launcher startup trainer step_paths spmd data listing run_timing checkpoint_copy \
+           checkpoint_write epoch_boundary host_simulation feed_cpu \
+           "decode_pairs --per-class 10 --rounds 3" worker_balance trainer_threads own_loop feed
 bench: $(STAMP)
-	$(PY) bench/launcher.py
-	$(PY) bench/startup.py
-	$(PY) bench/trainer.py
-	$(PY) bench/step_paths.py
-	$(PY) bench/spmd.py
-	$(PY) bench/data.py
-	$(PY) bench/listing.py
-	$(PY) bench/run_timing.py
-	$(PY) bench/checkpoint_copy.py
-	$(PY) bench/checkpoint_write.py
-	$(PY) bench/epoch_boundary.py
-	$(PY) bench/host_simulation.py
-	$(PY) bench/feed_cpu.py
-	$(PY) bench/decode_pairs.py --per-class 10 --rounds 3
-	$(PY) bench/trainer_threads.py
-	$(PY) bench/feed.py
+	for bench in $(BENCHES); do \
+	  set -- $$bench; name=$$1; shift; echo "== bench/$$name.py"; \
+	  $(PY) bench/$$name.py "$$@" || exit 1; \
+	done
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=

@@ -50,10 +50,6 @@ NOT_HERE = {
                                                          "test_make_shards_takes_its_flags",
     # The launcher's usage line, with [placeholders].
     "python -m launcher [launcher options]": "a synopsis: test_the_launcher_synopsis",
-    # trainer.train comes with issue 45's loop (another branch); at its merge this entry goes
-    # and the block runs here (about a minute).
-    "docs/examples/train-api/train.py --job_dir": "needs trainer.train: "
-                                                   "test_the_train_api_example_trains_in_the_image",
     # Runs here, once, where its output is checked too.
     OWN_CODE_LOOP: "trains: test_the_own_code_loop_resumes_from_its_checkpoint",
 }

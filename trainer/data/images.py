@@ -160,7 +160,10 @@ def _opened(data: bytes) -> tuple:
     where simplejpeg decodes it: its header is read instead (a fraction of Pillow's
     ``open``)."""
     simple = jpeg_decode.header(data)
-    if simple is not None and torch_resamples_uint8():
+    # Past Pillow's refusal (twice MAX_PIXELS), Pillow opens it: its DecompressionBombError is
+    # the one-line data error, where a decode would take gigabytes in every worker.
+    if (simple is not None and simple[0] * simple[1] <= 2 * MAX_PIXELS
+            and torch_resamples_uint8()):
         return simple[0], simple[1], None
     image = open_image(data)
     return image.size[0], image.size[1], image

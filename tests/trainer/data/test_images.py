@@ -109,6 +109,24 @@ def test_what_does_not_decode_is_a_data_error_naming_it(cut):
         assert "BytesIO" not in raised.value.message
 
 
+def test_a_jpeg_past_the_pixel_limit_is_refused_before_any_decode(monkeypatch):
+    # A small JPEG whose frame header claims 65,000 x 65,000 pixels (4.2 billion, past twice
+    # MAX_PIXELS): refused as Pillow refuses it, from its header. A whole stream that size
+    # would decode in simplejpeg (200 MB at 1/8, in every worker): no decoder may be reached.
+    def no_decode(*args):
+        raise AssertionError("decoded an image past the pixel limit")
+
+    monkeypatch.setattr(jpeg_decode, "scaled", no_decode)
+    monkeypatch.setattr(jpeg_decode, "decoded", no_decode)
+    data = bytearray(encoded(Image.new("RGB", (64, 48), (10, 20, 30)), quality=90))
+    frame = data.index(b"\xff\xc0")  # SOF0: length, precision, then height and width
+    data[frame + 5:frame + 9] = (65000).to_bytes(2, "big") * 2
+    for decode in (lambda: images.eval_image(bytes(data), 32, "big.jpg"),
+                   lambda: images.train_image(bytes(data), 32, random.Random(0), "big.jpg")):
+        with pytest.raises(DataError, match=r"^cannot decode big.jpg: .*decompression bomb"):
+            decode()
+
+
 @pytest.mark.parametrize("mode, kind", [("RGB", "JPEG"), ("L", "JPEG"), ("RGB", "PNG")])
 def test_each_full_size_path_gives_the_crop_that_pillow_alone_gives(mode, kind, monkeypatch):
     # Plain JPEGs take simplejpeg's decode, the rest Pillow's; torch resizes both. With no

@@ -1,6 +1,7 @@
 """launcher.init: when an init runs the command, which one, and what it is told."""
 
 import os
+import re
 
 import pytest
 
@@ -66,7 +67,11 @@ def test_the_self_handling_trainers_are_the_modules_that_catch_sigterm_first():
     """The list the launcher holds SIGTERM blocked for must follow the code: a module that
     stops calling catch_sigterm would keep it blocked for good, a new one would be under the
     init."""
+    # The modules run as ``python -m`` whose main block catches SIGTERM before anything else
+    # (trainer.train catches it in the call, in the user's script: not launcher's to know).
+    first_in_main = re.compile(r'if __name__ == "__main__":\n(?:\s*#.*\n)*'
+                               r'\s*stop_signal\.catch_sigterm\(\)')
     catching = {".".join(path.relative_to(REPO).with_suffix("").parts)
                 for path in (REPO / "trainer").rglob("*.py")
-                if "stop_signal.catch_sigterm()" in path.read_text()}
+                if first_in_main.search(path.read_text())}
     assert catching == set(SELF_HANDLING_TRAINERS)

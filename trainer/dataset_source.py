@@ -37,6 +37,18 @@ log = logging.getLogger("trainer")
 
 # How each batch's host random state is seeded: from the run's seed, the epoch and the step.
 _SEED_MIX = (1_000_003, 7919)
+# Seeds are reduced into torch.manual_seed's range: the mix of a --seed up to 2**32-1
+# (``config.MAX_SEED``) exceeds 2**64, which manual_seed refuses.
+_SEED_RANGE = 2 ** 63
+
+
+def mixed_seed(seed: int, *parts: int) -> int:
+    """A seed in [0, 2**63) from the run's ``seed`` and ``parts`` (epoch, step ...): the
+    same numbers give the same seed, for any --seed the flags accept."""
+    value = seed
+    for multiplier, part in zip(_SEED_MIX, parts):
+        value = value * multiplier + part
+    return value % _SEED_RANGE
 
 
 def dataset_size(dataset: Any, name: str) -> int:
@@ -198,7 +210,7 @@ class DatasetSource(DataSource):
         size, mine = self.batch_size, self.host.of(self.batch_size)
         steps = range(start_step, self.steps_per_epoch)
         indices = [order[step * size:(step + 1) * size][mine] for step in steps]
-        seeds = [(self.seed * _SEED_MIX[0] + epoch) * _SEED_MIX[1] + step for step in steps]
+        seeds = [mixed_seed(self.seed, epoch, step) for step in steps]
         return self._load(BatchItems(self.train_set, "train_set", self.train_shape, indices,
                                      seeds), epoch * _SEED_MIX[0] + start_step)
 
@@ -210,7 +222,7 @@ class DatasetSource(DataSource):
                    for step in range(self.eval_steps)]
         # Each host's piece of the padded global batch: its real examples, then zeros.
         pieces = [whole[mine] for whole in indices]
-        seeds = [self.seed * _SEED_MIX[0] - 1 - step for step in range(self.eval_steps)]
+        seeds = [mixed_seed(self.seed, -1 - step) for step in range(self.eval_steps)]
         return self._load(BatchItems(self.eval_set, "eval_set", self.eval_shape, pieces,
                                      seeds, pad_to=mine.stop - mine.start), -1)
 
@@ -218,7 +230,7 @@ class DatasetSource(DataSource):
         from trainer.data.loader import load
 
         generator = torch.Generator()  # the workers' seeds: never from the global generator
-        generator.manual_seed(self.seed * _SEED_MIX[0] + stream)
+        generator.manual_seed(mixed_seed(self.seed, stream))
         batches = load(items, self.workers, batch_size=None, shuffle=False,
                        generator=generator)
         self._open.append(batches)

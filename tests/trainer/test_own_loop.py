@@ -272,3 +272,14 @@ def test_batches_hold_each_example_once_an_epoch_and_a_resume_continues_at_its_s
     other_epoch = DatasetSource(train, None, 4, 4, seed=3)
     assert [y.tolist() for _, y in other_epoch.train_batches(0)] != [
         y.tolist() for _, y in batches[0]]
+
+
+def test_the_largest_seed_seeds_every_batch():
+    """--seed up to ``config.MAX_SEED``: each batch's mixed seed stays in manual_seed's range."""
+    from trainer.config import MAX_SEED
+    from trainer.dataset_source import DatasetSource
+
+    source = DatasetSource(PAIRS, PAIRS, 4, 4, seed=MAX_SEED)
+    assert len(list(source.train_batches(3, start_step=1))) == 3
+    assert len(list(source.eval_batches())) == 4
+    source.close()

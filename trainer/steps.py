@@ -10,7 +10,7 @@ tensors passed in and returned, so no step reads a value back to the host.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -121,7 +121,7 @@ class Steps:
         """``totals`` (hits for each k, [the loss sum,] then examples seen) plus this
         batch's."""
         if self.eval_rows is not None and self._rows != len(y):
-            scores, y = scores[:self._rows], y[:self._rows]
+            scores, y = cut_rows(scores, len(y), self._rows), y[:self._rows]
         correct: List[torch.Tensor] = []
         if self.topk:
             # With fewer than k classes, top-k counts every prediction as a hit.
@@ -143,3 +143,17 @@ class Steps:
         if self.eval_rows is not None:
             sums.append(xla.device_number(0, self.device, torch.float32))
         return sums, xla.device_number(0, self.device, torch.int64)
+
+
+def cut_rows(outputs: Any, batch: int, rows: int) -> Any:
+    """``outputs`` (a tensor, or tuples, lists and dicts of them: whatever the model returns)
+    with every tensor whose first dimension is the batch (``batch`` rows) cut to its first
+    ``rows``; anything else as it is."""
+    from torch.utils._pytree import tree_map
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+            return value[:rows]
+        return value
+
+    return tree_map(cut, outputs)

@@ -283,3 +283,33 @@ def test_the_largest_seed_seeds_every_batch():
     assert len(list(source.train_batches(3, start_step=1))) == 3
     assert len(list(source.eval_batches())) == 4
     source.close()
+
+
+class TwoHeads(torch.nn.Module):
+    """Returns a dict holding a tuple: outputs that are no single tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        scores = self.linear(x)
+        return {"scores": scores, "aux": (scores * 2, torch.ones(()))}
+
+
+def two_heads_loss(outputs, y):
+    return (torch.nn.functional.cross_entropy(outputs["scores"], y)
+            + outputs["aux"][0].mean() * outputs["aux"][1])
+
+
+def test_a_padded_batch_is_cut_in_every_output_a_model_returns():
+    from trainer import xla
+    from trainer.steps import Steps
+
+    model = TwoHeads()
+    steps = Steps(model, None, None, two_heads_loss, [], xla.LAZY, eval_rows=lambda i: 3)
+    x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 0])
+    counts = steps.evaluate(x, y, steps.zero_counts())
+    with torch.no_grad():
+        expected = two_heads_loss(model(x[:3]), y[:3]).item()
+    assert steps.results(counts) == {"loss": pytest.approx(expected, rel=1e-6)}

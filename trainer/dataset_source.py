@@ -182,8 +182,10 @@ class DatasetSource(DataSource):
         self.eval_size = 0 if eval_set is None else dataset_size(eval_set, "eval_set")
         # The items first: a set of wrong items is wrong at any batch size.
         self.train_shape, self.sample = first_batch(train_set, "train_set")
-        self.eval_shape = (first_batch(eval_set, "eval_set")[0] if eval_set is not None
-                           else None)
+        # eval_set's first items too: checked through the model and loss before training
+        # (``own_loop.first_step_check``), not after the first epoch.
+        self.eval_shape, self.eval_sample = (first_batch(eval_set, "eval_set")
+                                             if eval_set is not None else (None, None))
         self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
         self.eval_steps = -(-self.eval_size // eval_batch_size)
         self.layout = {"train_set_examples": self.train_size}

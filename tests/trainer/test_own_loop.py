@@ -220,6 +220,10 @@ PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long(
                  "is torch.float32"),
     (dict(train_set=_items([(torch.zeros(6), 0, 1)])), EX_DATAERR,
      "train_set item 0 is a tuple of 3 parts, not an (input, target) pair"),
+    (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 5), torch.zeros(4).long())),
+     EX_DATAERR, "model(torch.float32 of shape (2, 5)) failed on eval_set's first items"),
+    (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 6), torch.zeros(4))),
+     EX_DATAERR, "loss_fn(outputs, targets of torch.float32 (2,)) failed on eval_set's first"),
     (dict(train_set=_items([(torch.zeros(6), 0)] * 3)), EX_USAGE,
      "--batch_size=8 is larger than the training set (3 examples in train_set)"),
 ])

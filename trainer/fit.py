@@ -71,12 +71,15 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         dev = xla.device()
         path = xla.step_path(config.step_mode)
         model = spec.model.to(dev)
+        # A loss that is a Module may hold tensors (CrossEntropyLoss(weight=...)): with the model.
+        loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, torch.nn.Module) \
+            else spec.loss_fn
         steps_per_epoch = _steps_per_epoch(config, spec.data)
         spec.data.schedule(RunSchedule(config.epochs(steps_per_epoch), config.eval_every_epochs,
                                        steps_per_epoch, config.eval_steps(spec.data.eval_steps)))
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
-        steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
+        steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
                       config.precision, spec.eval_rows, config.seed)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,

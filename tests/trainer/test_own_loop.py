@@ -99,6 +99,15 @@ def test_a_tensor_dataset_run_writes_every_output_and_evaluates_the_real_example
         assert round(summary["final_accuracy"] * EVAL_EXAMPLES) == round(top1 * EVAL_EXAMPLES)
 
 
+def test_a_loss_module_holding_tensors_moves_to_the_device_with_the_model(tmp_path):
+    job = tmp_path / "job"
+    returncode, out, err = finish(script("--task=weighted", "--job_dir=" + str(job),
+                                         "--batch_size=8", "--step_mode=lazy"))
+    assert returncode == 0 and "Traceback" not in err, err
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["final_accuracy"] is not None and summary["final_eval_loss"] > 0
+
+
 def stopped_then_resumed(job, *args):
     """The script into ``job``, sent SIGTERM mid-epoch once it logged step 30: exit 143 with a
     checkpoint at that step; then run again to the end. Returns the stop's step."""

@@ -102,7 +102,8 @@ def test_a_tensor_dataset_run_writes_every_output_and_evaluates_the_real_example
 def test_a_loss_module_holding_tensors_moves_to_the_device_with_the_model(tmp_path):
     job = tmp_path / "job"
     returncode, out, err = finish(script("--task=weighted", "--job_dir=" + str(job),
-                                         "--batch_size=8", "--step_mode=lazy"))
+                                         "--batch_size=8", "--step_mode=lazy",
+                                         "--num_epochs=1"))
     assert returncode == 0 and "Traceback" not in err, err
     summary = json.loads((job / "summary.json").read_text())
     assert summary["final_accuracy"] is not None and summary["final_eval_loss"] > 0

@@ -54,6 +54,11 @@ def mixed_seed(seed: int, *parts: int) -> int:
 def dataset_size(dataset: Any, name: str) -> int:
     """``len(dataset)`` of a map-style Dataset; anything else is a usage error (64), and an
     empty one a data error (65)."""
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        raise TrainerError("{} is an IterableDataset ({}): its items cannot be read by index"
+                           .format(name, type(dataset).__name__),
+                           "pass a map-style torch.utils.data.Dataset (__len__ and "
+                           "__getitem__), e.g. TensorDataset(inputs, targets)")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TrainerError("{} is a {}, not a map-style Dataset (items by index, and a "
                            "length)".format(name, type(dataset).__name__),
@@ -77,10 +82,16 @@ def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
     is a data error naming the set, the item and the part."""
     if isinstance(value, torch.Tensor):
         tensor = value
-    elif isinstance(value, numbers.Number) and not isinstance(value, complex):
-        tensor = torch.as_tensor(value)
-    elif type(value).__name__ == "ndarray" and value.dtype.kind in "biuf":  # numpy's
-        tensor = torch.as_tensor(value)
+    elif (isinstance(value, numbers.Number) and not isinstance(value, complex)) or (
+            type(value).__name__ == "ndarray" and value.dtype.kind in "biuf"):  # numpy's
+        try:
+            tensor = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as error:  # e.g. numpy's longdouble
+            raise DataError("{} item {}: its {} ({} {}) is no tensor: {}: {}".format(
+                name, index, what, type(value).__name__, getattr(value, "dtype", ""),
+                type(error).__name__, _first_line(error)),
+                "inputs and targets are real numbers of a dtype torch has (float16/32/64, "
+                "int8/16/32/64, uint8, bool)")
     else:
         raise DataError("{} item {}: its {} is a {}, not a tensor or a number".format(
             name, index, what, type(value).__name__),
@@ -96,7 +107,14 @@ def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
 def item_pair(dataset: Any, name: str, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Item ``index`` of ``dataset`` as (input, target) tensors; an item that is not such a
     pair is a data error naming it."""
-    item = dataset[index]
+    try:
+        item = dataset[index]
+    except TrainerError:  # one of ours, already a line
+        raise
+    except Exception as error:  # the user's __getitem__: a line naming the item, not a trace
+        raise DataError("{} item {}: __getitem__ raised {}: {}".format(
+            name, index, type(error).__name__, _first_line(error)),
+            "fix the Dataset's __getitem__ for that index (or its data)")
     if not isinstance(item, (tuple, list)) or len(item) != 2:
         what = ("a {} of {} parts".format(type(item).__name__, len(item))
                 if isinstance(item, (tuple, list)) else "a {}".format(type(item).__name__))

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 
+import numpy
 import pytest
 import torch
 
@@ -205,6 +206,16 @@ def _items(items):
     return Items()
 
 
+class Counting(torch.utils.data.IterableDataset):
+    """An iterable set that has a length: still no items by index."""
+
+    def __iter__(self):
+        return iter([(torch.zeros(6), 0)] * 4)
+
+    def __len__(self):
+        return 4
+
+
 PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long())
 
 
@@ -234,6 +245,11 @@ PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long(
      EX_DATAERR, "model(torch.float32 of shape (2, 5)) failed on eval_set's first items"),
     (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 6), torch.zeros(4))),
      EX_DATAERR, "loss_fn(outputs, targets of torch.float32 (2,)) failed on eval_set's first"),
+    (dict(train_set=_items({0: (torch.zeros(6), 0), 2: (torch.zeros(6), 1)})), EX_DATAERR,
+     "train_set item 1: __getitem__ raised KeyError: 1"),
+    (dict(train_set=_items([(numpy.zeros(6, numpy.longdouble), 0)])), EX_DATAERR,
+     "train_set item 0: its input (ndarray float128) is no tensor: TypeError"),
+    (dict(train_set=Counting()), EX_USAGE, "train_set is an IterableDataset (Counting)"),
     (dict(train_set=_items([(torch.zeros(6), 0)] * 3)), EX_USAGE,
      "--batch_size=8 is larger than the training set (3 examples in train_set)"),
 ])

@@ -9,9 +9,10 @@ exact example. Batches are built by ``--num_workers`` data workers through
 that cannot be batched is reported from a worker as one line (``DataError``, exit 65) naming
 the set and the item's index.
 
-Each batch is built with torch's host random state seeded from (seed, epoch, step) and put
-back afterwards: randomness in a dataset's ``__getitem__`` (augmentation by torch's generator)
-is then the same for any worker count, and after a resume.
+Each batch is built with the host's random states (torch's generator, Python's ``random``,
+numpy's global one) seeded from (seed, epoch, step) and put back afterwards: randomness in a
+dataset's ``__getitem__`` (augmentation drawn from any of the three) is then the same for any
+worker count, and after a resume.
 
 Evaluation batches keep the dataset's order; the last is padded to full size with zeros (so
 the shapes never change) and ``real_rows(i)`` says how many rows of evaluation batch ``i``
@@ -23,8 +24,11 @@ naming how many examples that leaves out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
+import random
+import sys
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -140,9 +144,30 @@ class ItemShape:
                     "dtype: pad or resize them in the Dataset")
 
 
+@contextlib.contextmanager
+def host_random_state(seed: int) -> Iterator[None]:
+    """Within: torch's host generator, Python's ``random`` and numpy's global state seeded from
+    ``seed``; after: each as it was. What a ``__getitem__`` draws from any of the three is
+    then a function of the batch's seed alone, in whichever process builds the batch."""
+    python_state = random.getstate()
+    numpy_random = sys.modules.get("numpy.random")  # a Dataset that draws from it imported it
+    numpy_state = numpy_random.get_state() if numpy_random is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            if numpy_random is not None:
+                numpy_random.seed(seed % 2 ** 32)  # numpy's seeds are 32-bit
+            yield
+    finally:
+        random.setstate(python_state)
+        if numpy_random is not None:
+            numpy_random.set_state(numpy_state)
+
+
 class BatchItems(Dataset):
     """Item ``i``: the examples ``indices[i]`` of ``dataset`` collated into one batch
-    (``seeds[i]`` seeding torch's host generator while they are read)."""
+    (``seeds[i]`` seeding the host's random states while they are read)."""
 
     def __init__(self, dataset: Any, name: str, shape: ItemShape,
                  indices: Sequence[Sequence[int]], seeds: Sequence[int],
@@ -154,8 +179,7 @@ class BatchItems(Dataset):
         return len(self.indices)
 
     def __getitem__(self, i: int) -> Batch:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seeds[i])
+        with host_random_state(self.seeds[i]):
             pairs = []
             for index in self.indices[i]:
                 pair = item_pair(self.dataset, self.name, index)

@@ -343,3 +343,29 @@ def test_a_padded_batch_is_cut_in_every_output_a_model_returns():
     with torch.no_grad():
         expected = two_heads_loss(model(x[:3]), y[:3]).item()
     assert steps.results(counts) == {"loss": pytest.approx(expected, rel=1e-6)}
+
+
+class Drawing(torch.utils.data.Dataset):
+    """Items that draw from Python's, numpy's and torch's global random states."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, index):
+        import random
+
+        return torch.tensor([random.random(), numpy.random.random(), torch.rand(()).item()]), 0
+
+
+def test_random_draws_in_getitem_are_the_same_for_any_worker_count_and_after_a_resume():
+    from trainer.dataset_source import DatasetSource
+
+    drawn = {}
+    for workers in (0, 2):
+        source = DatasetSource(Drawing(), None, 4, 4, seed=5, workers=workers)
+        drawn[workers] = [x for x, _ in source.train_batches(0)]
+        resumed = [x for x, _ in source.train_batches(0, start_step=2)]
+        source.close()
+        assert torch.equal(resumed[0], drawn[workers][2])
+    assert all(torch.equal(a, b) for a, b in zip(drawn[0], drawn[2]))
+    assert len({tuple(row) for x in drawn[0] for row in x.tolist()}) == 12  # no repeats

@@ -89,6 +89,8 @@ def main():
     summary = trainer.train(**arguments)
     print("summary", summary["global_step"], summary.get("final_eval_loss"),
           summary.get("final_accuracy"))
+    for name, tensor in getattr(arguments["loss_fn"], "named_buffers", lambda: ())():
+        print("loss_fn's {} on {}".format(name, tensor.device.type))
 
 
 if __name__ == "__main__":

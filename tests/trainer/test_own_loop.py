@@ -106,6 +106,9 @@ def test_a_loss_module_holding_tensors_moves_to_the_device_with_the_model(tmp_pa
                                          "--batch_size=8", "--step_mode=lazy",
                                          "--num_epochs=1"))
     assert returncode == 0 and "Traceback" not in err, err
+    # Not a tensor of the host's read into every step: the device's (the XLA CPU device
+    # takes a host tensor too, a TPU graph would hold it as a constant or copy it each step).
+    assert "loss_fn's weight on xla" in out
     summary = json.loads((job / "summary.json").read_text())
     assert summary["final_accuracy"] is not None and summary["final_eval_loss"] > 0
 

@@ -230,6 +230,7 @@ class DatasetSource(DataSource):
                                              if eval_set is not None else (None, None))
         self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
         self.eval_steps = -(-self.eval_size // eval_batch_size)
+        self.check_shared_memory()
         self.layout = {"train_set_examples": self.train_size}
         self._open: List[Any] = []
         last = self.eval_size - (self.eval_steps - 1) * eval_batch_size if self.eval_steps else 0
@@ -239,6 +240,25 @@ class DatasetSource(DataSource):
                         "of %d hosts (a padded batch there cannot be cut to its examples); an "
                         "eval_set of a multiple of %d examples is evaluated whole", last,
                         host.count, eval_batch_size)
+
+    def batch_bytes(self) -> int:
+        """The bytes of this host's largest batch (training or evaluation, inputs and
+        targets): what one batch takes in flight from a data worker."""
+        pieces = [(self.train_shape, self.host.of(self.batch_size))]
+        if self.eval_shape is not None:
+            pieces.append((self.eval_shape, self.host.of(self.eval_batch_size)))
+        return max((rows.stop - rows.start) * sum(
+            torch.Size(shape).numel() * torch.tensor([], dtype=dtype).element_size()
+            for shape, dtype in item.parts) for item, rows in pieces)
+
+    def check_shared_memory(self) -> None:
+        """torch's DataLoader hands the workers' batches over through /dev/shm, about two a
+        worker in flight (its prefetch): too small a /dev/shm (Docker's 64 MB) stops the run
+        here, with one line (exit 78), not with a worker's bus error minutes in."""
+        from trainer.data import shared_memory
+
+        per_worker = 2 * self.batch_bytes()
+        shared_memory.check(self.workers * per_worker, self.workers, per_worker)
 
     def describe(self) -> str:
         return "train_set: {} examples{}; {} data worker{}".format(

@@ -372,3 +372,22 @@ def test_random_draws_in_getitem_are_the_same_for_any_worker_count_and_after_a_r
         assert torch.equal(resumed[0], drawn[workers][2])
     assert all(torch.equal(a, b) for a, b in zip(drawn[0], drawn[2]))
     assert len({tuple(row) for x in drawn[0] for row in x.tolist()}) == 12  # no repeats
+
+
+def test_data_workers_stop_at_start_when_dev_shm_cannot_hold_their_batches():
+    """Items of 4 MB, a batch of 2**16 of them: 2 workers need ~1 PB of /dev/shm (the items
+    are views of one row, so nothing that large is ever made)."""
+    from trainer.data import shared_memory
+    from trainer.dataset_source import DatasetSource
+    from trainer.errors import EX_CONFIG
+
+    rows, width = 2 ** 16, 2 ** 20
+    huge = torch.utils.data.TensorDataset(torch.zeros(1, width).expand(rows, width),
+                                          torch.zeros(rows).long())
+    with pytest.raises(TrainerError) as raised:
+        DatasetSource(huge, None, rows, rows, seed=0, workers=2)
+    needed = 2 * 2 * rows * (width * 4 + 8)
+    assert raised.value.exit_code == EX_CONFIG
+    assert raised.value.message.startswith("{} has ".format(shared_memory.SHM_DIR))
+    assert "2 data workers need {}".format(shared_memory._mb(needed)) in raised.value.message
+    DatasetSource(huge, None, rows, rows, seed=0, workers=0).close()  # none: no shared memory

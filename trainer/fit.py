@@ -242,18 +242,20 @@ class _Run:
                            self.placement.vote.decide, input_wait=self.placement.vote.input_wait)
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
-        accuracy: Dict[str, float] = {}
+        accuracy: Optional[Dict[str, float]] = None
         # A run stopped after an epoch's last step (the run's last included) resumes inside
         # that epoch with no step left: it still ends that epoch (its count, checkpoint and
         # evaluation), as the run that was not stopped did.
         while state.epoch < self.epochs and (state.global_step < self.train_steps
                                              or state.step_in_epoch > 0):
             accuracy = self.epoch(hooks)
-        if not accuracy:  # resumed from the last epoch's checkpoint: its figures, again
-            accuracy = self.evaluate_epoch()
+        if accuracy is None:  # resumed from the last epoch's checkpoint: its figures, again
+            accuracy = self.evaluate_epoch()  # (an evaluation that counted nothing is {})
         return accuracy
 
-    def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
+    def epoch(self, hooks: EpochHooks) -> Optional[Dict[str, float]]:
+        """Train the rest of the current epoch; returns its evaluation, None when it has
+        none."""
         state = self.state
         self.counts.epoch_started()
         steps = min(self.steps_per_epoch,
@@ -273,7 +275,7 @@ class _Run:
         # then costs the evaluation only. The write runs in the background meanwhile.
         if self.saves_after(state.epoch):
             self.checkpoints.save(state, self.outputs)
-        accuracy: Dict[str, float] = {}
+        accuracy: Optional[Dict[str, float]] = None
         if last or state.epoch % self.config.eval_every_epochs == 0:
             accuracy = self.evaluate_epoch()
         self.counts.epoch_ended()

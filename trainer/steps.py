@@ -10,6 +10,7 @@ tensors passed in and returned, so no step reads a value back to the host.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -18,6 +19,7 @@ from trainer import xla
 from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
+log = logging.getLogger("trainer")
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
 # Training steps' device seeds: --seed times this, plus the step (runs of different seeds
 # never share one: a run has fewer steps than this).
@@ -87,15 +89,20 @@ class Steps:
         return list(totals[:-1]), totals[-1]
 
     def results(self, counts: Counts) -> Dict[str, float]:
-        """``top1`` ... (the share of examples counted) and, with ``eval_rows``, ``loss``
-        (absent when no example was counted), read in one transfer."""
+        """``top1`` ... (the share of examples counted) and, with ``eval_rows``, ``loss``,
+        read in one transfer. When no example was counted (an eval_set smaller than one global
+        batch on a slice of several hosts: ``DatasetSource.real_rows``) there is nothing to
+        report: no entry at all (a top-1 of 0 would read as a model that learnt nothing), and
+        a warning says so."""
         correct, seen = counts
         # One transfer for every count: ``.item()`` on each would wait for a round trip each.
         fetched = [float(t.item()) for t in xla.to_host([seen] + list(correct))]
         count = int(fetched[0])
-        results = {"top{}".format(k): (total / count if count else 0.0)
-                   for total, k in zip(fetched[1:], self.topk)}
-        if self.eval_rows is not None and count:
+        if not count:
+            log.warning("evaluation counted no example: no top-1 and no loss to report")
+            return {}
+        results = {"top{}".format(k): total / count for total, k in zip(fetched[1:], self.topk)}
+        if self.eval_rows is not None:
             results["loss"] = fetched[-1] / count
         return results
 

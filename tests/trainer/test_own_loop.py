@@ -391,3 +391,17 @@ def test_data_workers_stop_at_start_when_dev_shm_cannot_hold_their_batches():
     assert raised.value.message.startswith("{} has ".format(shared_memory.SHM_DIR))
     assert "2 data workers need {}".format(shared_memory._mb(needed)) in raised.value.message
     DatasetSource(huge, None, rows, rows, seed=0, workers=0).close()  # none: no shared memory
+
+
+def test_an_evaluation_that_counted_no_example_reports_nothing(caplog):
+    """An eval_set smaller than one global batch on several hosts counts no row: no top-1 of
+    0 (a model that learnt nothing), no loss, and a warning."""
+    from trainer import xla
+    from trainer.steps import Steps
+
+    steps = Steps(torch.nn.Linear(6, 3), None, None, torch.nn.CrossEntropyLoss(), [1],
+                  xla.LAZY, eval_rows=lambda i: 0)
+    counts = steps.evaluate(torch.randn(4, 6), torch.tensor([0, 1, 2, 0]), steps.zero_counts())
+    with caplog.at_level("WARNING", logger="trainer"):
+        assert steps.results(counts) == {}
+    assert "evaluation counted no example: no top-1 and no loss" in caplog.text

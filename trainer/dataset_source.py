@@ -216,7 +216,7 @@ class DatasetSource(DataSource):
 
     def __init__(self, train_set: Any, eval_set: Optional[Any], batch_size: int,
                  eval_batch_size: int, seed: int, host: HostPart = WHOLE,
-                 workers: int = 0) -> None:
+                 workers: int = 0, devices: int = 1) -> None:
         self.train_set, self.eval_set = train_set, eval_set
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.seed, self.host, self.workers = seed, host, workers
@@ -228,7 +228,7 @@ class DatasetSource(DataSource):
         # (``own_loop.first_step_check``), not after the first epoch.
         self.eval_shape, self.eval_sample = (first_batch(eval_set, "eval_set")
                                              if eval_set is not None else (None, None))
-        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
+        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set", devices)
         self.eval_steps = -(-self.eval_size // eval_batch_size)
         self.check_shared_memory()
         self.layout = {"train_set_examples": self.train_size}
@@ -261,8 +261,12 @@ class DatasetSource(DataSource):
         shared_memory.check(self.workers * per_worker, self.workers, per_worker)
 
     def describe(self) -> str:
-        return "train_set: {} examples{}; {} data worker{}".format(
-            self.train_size, ", eval_set: {}".format(self.eval_size) if self.eval_set is not None
+        left_out = self.train_size % self.batch_size  # the ragged end, another each epoch
+        return "train_set: {} examples{}{}; {} data worker{}".format(
+            self.train_size, " ({} left out each epoch: {} % the global batch {}, the ragged "
+            "end, another part of the set each epoch)".format(
+                left_out, self.train_size, self.batch_size) if left_out else "",
+            ", eval_set: {}".format(self.eval_size) if self.eval_set is not None
             else " (no eval_set)", self.workers, "" if self.workers == 1 else "s")
 
     def real_rows(self, batch: int) -> int:

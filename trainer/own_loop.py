@@ -104,7 +104,7 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
     from trainer.data.workers import resolve_workers
 
     source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
-                           resolve_workers(config.num_workers))
+                           resolve_workers(config.num_workers), topology.devices)
     topk = first_step_check(model, loss_fn, source.sample)
     if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
         first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR)

@@ -424,3 +424,16 @@ def test_an_evaluation_that_counted_no_example_reports_nothing():
     with Kept() as kept:
         assert steps.results(counts) == {}
     assert kept.messages == ["evaluation counted no example: no top-1 and no loss to report"]
+
+
+def test_the_ragged_end_is_logged_and_a_too_large_batch_names_the_per_device_flag():
+    from trainer.dataset_source import DatasetSource
+
+    source = DatasetSource(PAIRS, None, 6, 6, seed=0)  # 16 examples: 2 batches, 4 left out
+    assert "train_set: 16 examples (4 left out each epoch: 16 % the global batch 6" in (
+        source.describe())
+    assert "left out" not in DatasetSource(PAIRS, None, 8, 8, seed=0).describe()
+    with pytest.raises(TrainerError) as raised:
+        DatasetSource(PAIRS, None, 32, 32, seed=0, devices=4)
+    assert raised.value.message == ("--batch_size=8 x 4 devices = 32 is larger than the "
+                                    "training set (16 examples in train_set)")

@@ -23,7 +23,8 @@ from trainer import devices, restart, stop_signal, xla
 from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
-from trainer.config import TrainConfig, parse_profile_steps
+from trainer.config import (DEFAULT_HYPERTUNE_METRIC, LOSS_HYPERTUNE_METRIC, TrainConfig,
+                            parse_profile_steps)
 from trainer.divergence import check_model
 from trainer.errors import Preempted
 from trainer.job_totals import JobTotals
@@ -386,7 +387,12 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
     if "top1" in accuracy:
         outputs.report_hypertune(accuracy["top1"], state.global_step)
     elif "loss" in accuracy:  # no class scores (``trainer.train``): the loss is the measure
-        outputs.report_hypertune(accuracy["loss"], state.global_step)
+        # Under the default tag a study reads the value as an accuracy, maximised: the loss
+        # goes under its own tag then (a study on it minimises ``loss``). A tag the user named
+        # is the user's study, for the loss.
+        default = outputs.hypertune_tag == DEFAULT_HYPERTUNE_METRIC
+        outputs.report_hypertune(accuracy["loss"], state.global_step,
+                                 LOSS_HYPERTUNE_METRIC if default else "")
 
 
 def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:

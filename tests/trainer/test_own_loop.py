@@ -437,3 +437,19 @@ def test_the_ragged_end_is_logged_and_a_too_large_batch_names_the_per_device_fla
         DatasetSource(PAIRS, None, 32, 32, seed=0, devices=4)
     assert raised.value.message == ("--batch_size=8 x 4 devices = 32 is larger than the "
                                     "training set (16 examples in train_set)")
+
+
+def test_without_top1_hypertune_gets_the_loss_as_loss_unless_the_tag_was_named(
+        tmp_path, monkeypatch):
+    """The default tag ``accuracy`` is maximised by a study: a loss must not go under it."""
+    from trainer.fit import _log_epoch
+    from trainer.loop import LoopState
+    from trainer.outputs import RunOutputs
+
+    metric_file = tmp_path / "hypertune" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(metric_file))
+    for tag, reported in (("accuracy", "loss"), ("my_loss", "my_loss")):
+        with RunOutputs(OutputPaths.resolve(None, {}), hypertune_tag=tag) as outputs:
+            _log_epoch(LoopState(), {"loss": 0.25}, outputs)
+        metric = json.loads(metric_file.read_text().splitlines()[-1])
+        assert metric[reported] == "0.25" and "accuracy" not in metric

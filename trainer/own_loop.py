@@ -15,12 +15,16 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
 - ``argv``: the flags, without the program's name (default ``sys.argv[1:]``): the trainers'
   common flags but the image and data ones; ``--help`` lists them. Flags the script defined
   with absl before the call are parsed with them (read them from ``absl.flags.FLAGS`` after
-  the call, or parse them yourself first).
+  the call). To read them before the call, parse with ``FLAGS(sys.argv, known_only=True)``:
+  a plain ``FLAGS(sys.argv)`` stops at ``--job_dir`` and the trainers' other flags, which are
+  defined only inside ``train``.
 
 Returns the summary (``summary.json``'s dict) when the run completes. A stop (SIGTERM: 143;
 Ctrl-C: 130, after a checkpoint) or an error (one line and a ``HINT:``; exit 64 for a usage
-error: flags, a model or loss that cannot train; 65 for data: an empty set, an item that is
-no pair of numbers, items of differing shapes) ends the process, with the trainers' exit codes.
+error: flags, a model or loss that cannot train, an IterableDataset; 65 for data: an empty
+set, an item that is no pair of numbers, items of differing shapes, a ``__getitem__`` that
+raises, an eval_set the model or loss does not take; 78: too small a /dev/shm for the data
+workers) ends the process, with the trainers' exit codes.
 
 Evaluation reports ``loss``, the example-weighted mean of ``loss_fn`` over the evaluation
 batches (each batch's loss times its examples, over all examples: exact for a loss that is a

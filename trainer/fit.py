@@ -23,8 +23,12 @@ from trainer import devices, restart, stop_signal, xla
 from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
-from trainer.config import (DEFAULT_HYPERTUNE_METRIC, LOSS_HYPERTUNE_METRIC, TrainConfig,
-                            parse_profile_steps)
+from trainer.config import (
+    DEFAULT_HYPERTUNE_METRIC,
+    LOSS_HYPERTUNE_METRIC,
+    TrainConfig,
+    parse_profile_steps,
+)
 from trainer.divergence import check_model
 from trainer.errors import Preempted
 from trainer.job_totals import JobTotals

@@ -32,13 +32,16 @@ def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(size, generator=generator)
 
 
-def steps_in(examples: int, batch_size: int, where: str) -> int:
-    """Full training batches in ``examples``; a set smaller than one batch is refused (a run
+def steps_in(examples: int, batch_size: int, where: str, devices: int = 1) -> int:
+    """Full global batches of ``batch_size`` (``--batch_size`` per device times ``devices``)
+    in ``examples``; a set smaller than one batch is refused, naming the flag as given (a run
     of zero steps would "succeed" without training)."""
     if examples < batch_size:
-        raise TrainerError("--batch_size={} is larger than the training set ({} examples in "
-                           "{})".format(batch_size, examples, where),
-                           "lower --batch_size or add training data")
+        given = ("--batch_size={}".format(batch_size) if devices <= 1 else
+                 "--batch_size={} x {} devices = {}".format(batch_size // devices, devices,
+                                                           batch_size))
+        raise TrainerError("{} is larger than the training set ({} examples in {})".format(
+            given, examples, where), "lower --batch_size or add training data")
     return examples // batch_size
 
 
@@ -147,10 +150,12 @@ class TensorSource(DataSource):
     augment: Optional[object] = None
     eval_batch_size: int = 0
     host: HostPart = WHOLE
+    devices: int = 1  # the batch's: ``batch_size`` is --batch_size times this
 
     def __post_init__(self) -> None:
         self.eval_batch_size = self.eval_batch_size or self.batch_size
-        self.steps_per_epoch = steps_in(len(self.train_x), self.batch_size, "the data dir")
+        self.steps_per_epoch = steps_in(len(self.train_x), self.batch_size, "the data dir",
+                                        self.devices)
         self.eval_steps = -(-len(self.eval_x) // self.eval_batch_size)
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:

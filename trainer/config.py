@@ -26,6 +26,10 @@ ADAMW_DEFAULTS = {"lr": 5e-4, "lr_batch": 512, "weight_decay": 0.05}
 AUTO_DEVICES = "auto"
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
 MAX_SEED = 2 ** 32 - 1
+# --hypertune_metric's default: the top-1 accuracy's tag. A run without top-1 (trainer.train on
+# outputs that are no class scores) reports its loss as LOSS_HYPERTUNE_METRIC instead.
+DEFAULT_HYPERTUNE_METRIC = "accuracy"
+LOSS_HYPERTUNE_METRIC = "loss"
 MAX_COUNT = 2 ** 31 - 1  # the compiled step's counter is int32
 # No SGD rate comes near it; below it, the peak scaled to any global batch (lr x global batch /
 # lr_batch, at most MAX_COUNT x devices) stays finite (make fuzz: --lr=1e308 became inf).
@@ -59,7 +63,7 @@ class TrainConfig:
     eval_every_epochs: int = 1
     profile_steps: str = ""
     keep_checkpoints: int = 3
-    hypertune_metric: str = "accuracy"
+    hypertune_metric: str = DEFAULT_HYPERTUNE_METRIC
     model: str = "resnet50"
     image_size: int = 224
     eval_batch_size: int = 0

@@ -9,9 +9,10 @@ exact example. Batches are built by ``--num_workers`` data workers through
 that cannot be batched is reported from a worker as one line (``DataError``, exit 65) naming
 the set and the item's index.
 
-Each batch is built with torch's host random state seeded from (seed, epoch, step) and put
-back afterwards: randomness in a dataset's ``__getitem__`` (augmentation by torch's generator)
-is then the same for any worker count, and after a resume.
+Each batch is built with the host's random states (torch's generator, Python's ``random``,
+numpy's global one) seeded from (seed, epoch, step) and put back afterwards: randomness in a
+dataset's ``__getitem__`` (augmentation drawn from any of the three) is then the same for any
+worker count, and after a resume.
 
 Evaluation batches keep the dataset's order; the last is padded to full size with zeros (so
 the shapes never change) and ``real_rows(i)`` says how many rows of evaluation batch ``i``
@@ -23,8 +24,11 @@ naming how many examples that leaves out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
+import random
+import sys
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -37,11 +41,28 @@ log = logging.getLogger("trainer")
 
 # How each batch's host random state is seeded: from the run's seed, the epoch and the step.
 _SEED_MIX = (1_000_003, 7919)
+# Seeds are reduced into torch.manual_seed's range: the mix of a --seed up to 2**32-1
+# (``config.MAX_SEED``) exceeds 2**64, which manual_seed refuses.
+_SEED_RANGE = 2 ** 63
+
+
+def mixed_seed(seed: int, *parts: int) -> int:
+    """A seed in [0, 2**63) from the run's ``seed`` and ``parts`` (epoch, step ...): the
+    same numbers give the same seed, for any --seed the flags accept."""
+    value = seed
+    for multiplier, part in zip(_SEED_MIX, parts):
+        value = value * multiplier + part
+    return value % _SEED_RANGE
 
 
 def dataset_size(dataset: Any, name: str) -> int:
     """``len(dataset)`` of a map-style Dataset; anything else is a usage error (64), and an
     empty one a data error (65)."""
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        raise TrainerError("{} is an IterableDataset ({}): its items cannot be read by index"
+                           .format(name, type(dataset).__name__),
+                           "pass a map-style torch.utils.data.Dataset (__len__ and "
+                           "__getitem__), e.g. TensorDataset(inputs, targets)")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TrainerError("{} is a {}, not a map-style Dataset (items by index, and a "
                            "length)".format(name, type(dataset).__name__),
@@ -65,10 +86,16 @@ def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
     is a data error naming the set, the item and the part."""
     if isinstance(value, torch.Tensor):
         tensor = value
-    elif isinstance(value, numbers.Number) and not isinstance(value, complex):
-        tensor = torch.as_tensor(value)
-    elif type(value).__name__ == "ndarray" and value.dtype.kind in "biuf":  # numpy's
-        tensor = torch.as_tensor(value)
+    elif (isinstance(value, numbers.Number) and not isinstance(value, complex)) or (
+            type(value).__name__ == "ndarray" and value.dtype.kind in "biuf"):  # numpy's
+        try:
+            tensor = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as error:  # e.g. numpy's longdouble
+            raise DataError("{} item {}: its {} ({} {}) is no tensor: {}: {}".format(
+                name, index, what, type(value).__name__, getattr(value, "dtype", ""),
+                type(error).__name__, _first_line(error)),
+                "inputs and targets are real numbers of a dtype torch has (float16/32/64, "
+                "int8/16/32/64, uint8, bool)")
     else:
         raise DataError("{} item {}: its {} is a {}, not a tensor or a number".format(
             name, index, what, type(value).__name__),
@@ -84,7 +111,14 @@ def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
 def item_pair(dataset: Any, name: str, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Item ``index`` of ``dataset`` as (input, target) tensors; an item that is not such a
     pair is a data error naming it."""
-    item = dataset[index]
+    try:
+        item = dataset[index]
+    except TrainerError:  # one of ours, already a line
+        raise
+    except Exception as error:  # the user's __getitem__: a line naming the item, not a trace
+        raise DataError("{} item {}: __getitem__ raised {}: {}".format(
+            name, index, type(error).__name__, _first_line(error)),
+            "fix the Dataset's __getitem__ for that index (or its data)")
     if not isinstance(item, (tuple, list)) or len(item) != 2:
         what = ("a {} of {} parts".format(type(item).__name__, len(item))
                 if isinstance(item, (tuple, list)) else "a {}".format(type(item).__name__))
@@ -110,9 +144,30 @@ class ItemShape:
                     "dtype: pad or resize them in the Dataset")
 
 
+@contextlib.contextmanager
+def host_random_state(seed: int) -> Iterator[None]:
+    """Within: torch's host generator, Python's ``random`` and numpy's global state seeded from
+    ``seed``; after: each as it was. What a ``__getitem__`` draws from any of the three is
+    then a function of the batch's seed alone, in whichever process builds the batch."""
+    python_state = random.getstate()
+    numpy_random = sys.modules.get("numpy.random")  # a Dataset that draws from it imported it
+    numpy_state = numpy_random.get_state() if numpy_random is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            if numpy_random is not None:
+                numpy_random.seed(seed % 2 ** 32)  # numpy's seeds are 32-bit
+            yield
+    finally:
+        random.setstate(python_state)
+        if numpy_random is not None:
+            numpy_random.set_state(numpy_state)
+
+
 class BatchItems(Dataset):
     """Item ``i``: the examples ``indices[i]`` of ``dataset`` collated into one batch
-    (``seeds[i]`` seeding torch's host generator while they are read)."""
+    (``seeds[i]`` seeding the host's random states while they are read)."""
 
     def __init__(self, dataset: Any, name: str, shape: ItemShape,
                  indices: Sequence[Sequence[int]], seeds: Sequence[int],
@@ -124,8 +179,7 @@ class BatchItems(Dataset):
         return len(self.indices)
 
     def __getitem__(self, i: int) -> Batch:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seeds[i])
+        with host_random_state(self.seeds[i]):
             pairs = []
             for index in self.indices[i]:
                 pair = item_pair(self.dataset, self.name, index)
@@ -162,7 +216,7 @@ class DatasetSource(DataSource):
 
     def __init__(self, train_set: Any, eval_set: Optional[Any], batch_size: int,
                  eval_batch_size: int, seed: int, host: HostPart = WHOLE,
-                 workers: int = 0) -> None:
+                 workers: int = 0, devices: int = 1) -> None:
         self.train_set, self.eval_set = train_set, eval_set
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.seed, self.host, self.workers = seed, host, workers
@@ -170,10 +224,13 @@ class DatasetSource(DataSource):
         self.eval_size = 0 if eval_set is None else dataset_size(eval_set, "eval_set")
         # The items first: a set of wrong items is wrong at any batch size.
         self.train_shape, self.sample = first_batch(train_set, "train_set")
-        self.eval_shape = (first_batch(eval_set, "eval_set")[0] if eval_set is not None
-                           else None)
-        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set")
+        # eval_set's first items too: checked through the model and loss before training
+        # (``own_loop.first_step_check``), not after the first epoch.
+        self.eval_shape, self.eval_sample = (first_batch(eval_set, "eval_set")
+                                             if eval_set is not None else (None, None))
+        self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set", devices)
         self.eval_steps = -(-self.eval_size // eval_batch_size)
+        self.check_shared_memory()
         self.layout = {"train_set_examples": self.train_size}
         self._open: List[Any] = []
         last = self.eval_size - (self.eval_steps - 1) * eval_batch_size if self.eval_steps else 0
@@ -184,9 +241,32 @@ class DatasetSource(DataSource):
                         "eval_set of a multiple of %d examples is evaluated whole", last,
                         host.count, eval_batch_size)
 
+    def batch_bytes(self) -> int:
+        """The bytes of this host's largest batch (training or evaluation, inputs and
+        targets): what one batch takes in flight from a data worker."""
+        pieces = [(self.train_shape, self.host.of(self.batch_size))]
+        if self.eval_shape is not None:
+            pieces.append((self.eval_shape, self.host.of(self.eval_batch_size)))
+        return max((rows.stop - rows.start) * sum(
+            torch.Size(shape).numel() * torch.tensor([], dtype=dtype).element_size()
+            for shape, dtype in item.parts) for item, rows in pieces)
+
+    def check_shared_memory(self) -> None:
+        """torch's DataLoader hands the workers' batches over through /dev/shm, about two a
+        worker in flight (its prefetch): too small a /dev/shm (Docker's 64 MB) stops the run
+        here, with one line (exit 78), not with a worker's bus error minutes in."""
+        from trainer.data import shared_memory
+
+        per_worker = 2 * self.batch_bytes()
+        shared_memory.check(self.workers * per_worker, self.workers, per_worker)
+
     def describe(self) -> str:
-        return "train_set: {} examples{}; {} data worker{}".format(
-            self.train_size, ", eval_set: {}".format(self.eval_size) if self.eval_set is not None
+        left_out = self.train_size % self.batch_size  # the ragged end, another each epoch
+        return "train_set: {} examples{}{}; {} data worker{}".format(
+            self.train_size, " ({} left out each epoch: {} % the global batch {}, the ragged "
+            "end, another part of the set each epoch)".format(
+                left_out, self.train_size, self.batch_size) if left_out else "",
+            ", eval_set: {}".format(self.eval_size) if self.eval_set is not None
             else " (no eval_set)", self.workers, "" if self.workers == 1 else "s")
 
     def real_rows(self, batch: int) -> int:
@@ -198,7 +278,7 @@ class DatasetSource(DataSource):
         size, mine = self.batch_size, self.host.of(self.batch_size)
         steps = range(start_step, self.steps_per_epoch)
         indices = [order[step * size:(step + 1) * size][mine] for step in steps]
-        seeds = [(self.seed * _SEED_MIX[0] + epoch) * _SEED_MIX[1] + step for step in steps]
+        seeds = [mixed_seed(self.seed, epoch, step) for step in steps]
         return self._load(BatchItems(self.train_set, "train_set", self.train_shape, indices,
                                      seeds), epoch * _SEED_MIX[0] + start_step)
 
@@ -210,7 +290,7 @@ class DatasetSource(DataSource):
                    for step in range(self.eval_steps)]
         # Each host's piece of the padded global batch: its real examples, then zeros.
         pieces = [whole[mine] for whole in indices]
-        seeds = [self.seed * _SEED_MIX[0] - 1 - step for step in range(self.eval_steps)]
+        seeds = [mixed_seed(self.seed, -1 - step) for step in range(self.eval_steps)]
         return self._load(BatchItems(self.eval_set, "eval_set", self.eval_shape, pieces,
                                      seeds, pad_to=mine.stop - mine.start), -1)
 
@@ -218,7 +298,7 @@ class DatasetSource(DataSource):
         from trainer.data.loader import load
 
         generator = torch.Generator()  # the workers' seeds: never from the global generator
-        generator.manual_seed(self.seed * _SEED_MIX[0] + stream)
+        generator.manual_seed(mixed_seed(self.seed, stream))
         batches = load(items, self.workers, batch_size=None, shuffle=False,
                        generator=generator)
         self._open.append(batches)

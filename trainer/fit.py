@@ -23,7 +23,12 @@ from trainer import devices, restart, stop_signal, xla
 from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
-from trainer.config import TrainConfig, parse_profile_steps
+from trainer.config import (
+    DEFAULT_HYPERTUNE_METRIC,
+    LOSS_HYPERTUNE_METRIC,
+    TrainConfig,
+    parse_profile_steps,
+)
 from trainer.divergence import check_model
 from trainer.errors import Preempted
 from trainer.job_totals import JobTotals
@@ -71,12 +76,15 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         dev = xla.device()
         path = xla.step_path(config.step_mode)
         model = spec.model.to(dev)
+        # A loss that is a Module may hold tensors (CrossEntropyLoss(weight=...)): with the model.
+        loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, torch.nn.Module) \
+            else spec.loss_fn
         steps_per_epoch = _steps_per_epoch(config, spec.data)
         spec.data.schedule(RunSchedule(config.epochs(steps_per_epoch), config.eval_every_epochs,
                                        steps_per_epoch, config.eval_steps(spec.data.eval_steps)))
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
-        steps = Steps(model, optimizer, learning_rate, spec.loss_fn, spec.topk, path,
+        steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
                       config.precision, spec.eval_rows, config.seed)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,
@@ -239,18 +247,20 @@ class _Run:
                            self.placement.vote.decide, input_wait=self.placement.vote.input_wait)
         if self.profile is not None:
             hooks.step_context = self.profile.step_context
-        accuracy: Dict[str, float] = {}
+        accuracy: Optional[Dict[str, float]] = None
         # A run stopped after an epoch's last step (the run's last included) resumes inside
         # that epoch with no step left: it still ends that epoch (its count, checkpoint and
         # evaluation), as the run that was not stopped did.
         while state.epoch < self.epochs and (state.global_step < self.train_steps
                                              or state.step_in_epoch > 0):
             accuracy = self.epoch(hooks)
-        if not accuracy:  # resumed from the last epoch's checkpoint: its figures, again
-            accuracy = self.evaluate_epoch()
+        if accuracy is None:  # resumed from the last epoch's checkpoint: its figures, again
+            accuracy = self.evaluate_epoch()  # (an evaluation that counted nothing is {})
         return accuracy
 
-    def epoch(self, hooks: EpochHooks) -> Dict[str, float]:
+    def epoch(self, hooks: EpochHooks) -> Optional[Dict[str, float]]:
+        """Train the rest of the current epoch; returns its evaluation, None when it has
+        none."""
         state = self.state
         self.counts.epoch_started()
         steps = min(self.steps_per_epoch,
@@ -270,7 +280,7 @@ class _Run:
         # then costs the evaluation only. The write runs in the background meanwhile.
         if self.saves_after(state.epoch):
             self.checkpoints.save(state, self.outputs)
-        accuracy: Dict[str, float] = {}
+        accuracy: Optional[Dict[str, float]] = None
         if last or state.epoch % self.config.eval_every_epochs == 0:
             accuracy = self.evaluate_epoch()
         self.counts.epoch_ended()
@@ -381,7 +391,12 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
     if "top1" in accuracy:
         outputs.report_hypertune(accuracy["top1"], state.global_step)
     elif "loss" in accuracy:  # no class scores (``trainer.train``): the loss is the measure
-        outputs.report_hypertune(accuracy["loss"], state.global_step)
+        # Under the default tag a study reads the value as an accuracy, maximised: the loss
+        # goes under its own tag then (a study on it minimises ``loss``). A tag the user named
+        # is the user's study, for the loss.
+        default = outputs.hypertune_tag == DEFAULT_HYPERTUNE_METRIC
+        outputs.report_hypertune(accuracy["loss"], state.global_step,
+                                 LOSS_HYPERTUNE_METRIC if default else "")
 
 
 def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:

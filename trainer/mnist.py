@@ -74,7 +74,8 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
                           FAKE_EVAL_EXAMPLES // eval_batch, seed=config.seed, host=host)
     (train_x, train_y), (eval_x, eval_y) = mnist_data.load_splits(config.data_dir)
     return TensorSource(train_x, train_y, eval_x, eval_y, batch, config.seed,
-                        augment=mnist_data.random_shift, eval_batch_size=eval_batch, host=host)
+                        augment=mnist_data.random_shift, eval_batch_size=eval_batch, host=host,
+                        devices=topology.devices)
 
 
 def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,

@@ -208,9 +208,10 @@ class RunOutputs:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._writer.add_scalar("{}/{}".format(kind, name), value, step)
 
-    def report_hypertune(self, value: float, step: int) -> None:
-        """Report the tuning metric the way AI Platform / Vertex hyperparameter tuning reads
-        it (cloudml-hypertune appends to ``$CLOUD_ML_HP_METRIC_FILE``)."""
+    def report_hypertune(self, value: float, step: int, tag: str = "") -> None:
+        """Report the tuning metric (under ``tag``, default ``hypertune_tag``) the way AI
+        Platform / Vertex hyperparameter tuning reads it (cloudml-hypertune appends to
+        ``$CLOUD_ML_HP_METRIC_FILE``)."""
         if not self.writes:
             return
         if self._hypertune is None:
@@ -218,7 +219,8 @@ class RunOutputs:
 
             self._hypertune = hypertune.HyperTune()
         self._hypertune.report_hyperparameter_tuning_metric(
-            hyperparameter_metric_tag=self.hypertune_tag, metric_value=value, global_step=step)
+            hyperparameter_metric_tag=tag or self.hypertune_tag, metric_value=value,
+            global_step=step)
 
     def flush(self, background: bool = False) -> None:
         """Make everything written so far durable in the job dir (for gs://, the files that

@@ -15,12 +15,16 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
 - ``argv``: the flags, without the program's name (default ``sys.argv[1:]``): the trainers'
   common flags but the image and data ones; ``--help`` lists them. Flags the script defined
   with absl before the call are parsed with them (read them from ``absl.flags.FLAGS`` after
-  the call, or parse them yourself first).
+  the call). To read them before the call, parse with ``FLAGS(sys.argv, known_only=True)``:
+  a plain ``FLAGS(sys.argv)`` stops at ``--job_dir`` and the trainers' other flags, which are
+  defined only inside ``train``.
 
 Returns the summary (``summary.json``'s dict) when the run completes. A stop (SIGTERM: 143;
 Ctrl-C: 130, after a checkpoint) or an error (one line and a ``HINT:``; exit 64 for a usage
-error: flags, a model or loss that cannot train; 65 for data: an empty set, an item that is
-no pair of numbers, items of differing shapes) ends the process, with the trainers' exit codes.
+error: flags, a model or loss that cannot train, an IterableDataset; 65 for data: an empty
+set, an item that is no pair of numbers, items of differing shapes, a ``__getitem__`` that
+raises, an eval_set the model or loss does not take; 78: too small a /dev/shm for the data
+workers) ends the process, with the trainers' exit codes.
 
 Evaluation reports ``loss``, the example-weighted mean of ``loss_fn`` over the evaluation
 batches (each batch's loss times its examples, over all examples: exact for a loss that is a
@@ -46,7 +50,7 @@ from trainer import devices, stop_signal
 from trainer.cli import exit_process, run_main
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 from trainer.dataset_source import DatasetSource
-from trainer.errors import EX_USAGE, TrainerError
+from trainer.errors import EX_DATAERR, EX_USAGE, TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -104,8 +108,10 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
     from trainer.data.workers import resolve_workers
 
     source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
-                           resolve_workers(config.num_workers))
+                           resolve_workers(config.num_workers), topology.devices)
     topk = first_step_check(model, loss_fn, source.sample)
+    if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
+        first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR)
     spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn, topk=topk,
                      eval_rows=source.real_rows)
     return fit(config, spec, paths, topology)
@@ -133,13 +139,18 @@ def check_loss(loss_fn: Optional[Callable]) -> Callable:
     return loss_fn
 
 
-def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any) -> List[int]:
-    """Run ``model`` and ``loss_fn`` once on ``sample`` (the first training items) where the
-    model is, in evaluation mode (no dropout draws, no batch-norm statistics change), so that
-    a model that does not take the inputs, or a loss that is not a scalar, stops the run with
-    one line before anything compiles. Returns the top-k to report: (1,) where the outputs
-    are class scores (N x C) against class numbers (integers of shape N), else none."""
+def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
+                     name: str = "train_set", exit_code: int = EX_USAGE) -> List[int]:
+    """Run ``model`` and ``loss_fn`` once on ``sample`` (the first items of set ``name``)
+    where the model is, in evaluation mode (no dropout draws, no batch-norm statistics
+    change), so that a model that does not take the inputs, or a loss that is not a scalar,
+    stops the run with one line (``exit_code``) before anything compiles. Returns the top-k
+    to report: (1,) where the outputs are class scores (N x C) against class numbers
+    (integers of shape N), else none."""
     x, y = sample
+    fix = ("" if name == "train_set" else
+           "; {}'s items must be what train_set's are: inputs and targets of the same shapes "
+           "and dtypes".format(name))
     where = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -149,28 +160,30 @@ def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any) -> 
                 outputs = model(x.to(where))
             except Exception as error:
                 raise TrainerError(
-                    "model({} of shape {}) failed on train_set's first items: {}: {}".format(
-                        x.dtype, tuple(x.shape), type(error).__name__, _first_line(error)),
-                    "the model takes a batch of the items' inputs (N x item shape)",
-                    EX_USAGE)
+                    "model({} of shape {}) failed on {}'s first items: {}: {}".format(
+                        x.dtype, tuple(x.shape), name, type(error).__name__,
+                        _first_line(error)),
+                    "the model takes a batch of the items' inputs (N x item shape)" + fix,
+                    exit_code)
             try:
                 loss = loss_fn(outputs, y.to(where))
             except Exception as error:
                 raise TrainerError(
-                    "loss_fn(outputs, targets of {} {}) failed on train_set's first items: "
-                    "{}: {}".format(y.dtype, tuple(y.shape), type(error).__name__,
+                    "loss_fn(outputs, targets of {} {}) failed on {}'s first items: "
+                    "{}: {}".format(y.dtype, tuple(y.shape), name, type(error).__name__,
                                     _first_line(error)),
-                    "loss_fn takes the model's outputs and a batch of the items' targets",
-                    EX_USAGE)
+                    "loss_fn takes the model's outputs and a batch of the items' targets" + fix,
+                    exit_code)
     finally:
         model.train(was_training)
     if (not isinstance(loss, torch.Tensor) or loss.dim() != 0
             or not loss.dtype.is_floating_point):
         what = ("a {} of shape {}".format(loss.dtype, tuple(loss.shape))
                 if isinstance(loss, torch.Tensor) else "a {}".format(type(loss).__name__))
-        raise TrainerError("loss_fn returned {}, not a scalar float tensor".format(what),
-                           "reduce it to one number per batch, e.g. reduction='mean'",
-                           EX_USAGE)
+        raise TrainerError("loss_fn returned {}, not a scalar float tensor, on {}'s first "
+                           "items".format(what, name),
+                           "reduce it to one number per batch, e.g. reduction='mean'" + fix,
+                           exit_code)
     classes = (isinstance(outputs, torch.Tensor) and outputs.dim() == 2
                and y.dim() == 1 and not y.dtype.is_floating_point and y.dtype != torch.bool)
     return [1] if classes else []

@@ -10,7 +10,8 @@ tensors passed in and returned, so no step reads a value back to the host.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -18,6 +19,7 @@ from trainer import xla
 from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
+log = logging.getLogger("trainer")
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
 # Training steps' device seeds: --seed times this, plus the step (runs of different seeds
 # never share one: a run has fewer steps than this).
@@ -87,15 +89,20 @@ class Steps:
         return list(totals[:-1]), totals[-1]
 
     def results(self, counts: Counts) -> Dict[str, float]:
-        """``top1`` ... (the share of examples counted) and, with ``eval_rows``, ``loss``
-        (absent when no example was counted), read in one transfer."""
+        """``top1`` ... (the share of examples counted) and, with ``eval_rows``, ``loss``,
+        read in one transfer. When no example was counted (an eval_set smaller than one global
+        batch on a slice of several hosts: ``DatasetSource.real_rows``) there is nothing to
+        report: no entry at all (a top-1 of 0 would read as a model that learnt nothing), and
+        a warning says so."""
         correct, seen = counts
         # One transfer for every count: ``.item()`` on each would wait for a round trip each.
         fetched = [float(t.item()) for t in xla.to_host([seen] + list(correct))]
         count = int(fetched[0])
-        results = {"top{}".format(k): (total / count if count else 0.0)
-                   for total, k in zip(fetched[1:], self.topk)}
-        if self.eval_rows is not None and count:
+        if not count:
+            log.warning("evaluation counted no example: no top-1 and no loss to report")
+            return {}
+        results = {"top{}".format(k): total / count for total, k in zip(fetched[1:], self.topk)}
+        if self.eval_rows is not None:
             results["loss"] = fetched[-1] / count
         return results
 
@@ -121,7 +128,7 @@ class Steps:
         """``totals`` (hits for each k, [the loss sum,] then examples seen) plus this
         batch's."""
         if self.eval_rows is not None and self._rows != len(y):
-            scores, y = scores[:self._rows], y[:self._rows]
+            scores, y = cut_rows(scores, len(y), self._rows), y[:self._rows]
         correct: List[torch.Tensor] = []
         if self.topk:
             # With fewer than k classes, top-k counts every prediction as a hit.
@@ -143,3 +150,17 @@ class Steps:
         if self.eval_rows is not None:
             sums.append(xla.device_number(0, self.device, torch.float32))
         return sums, xla.device_number(0, self.device, torch.int64)
+
+
+def cut_rows(outputs: Any, batch: int, rows: int) -> Any:
+    """``outputs`` (a tensor, or tuples, lists and dicts of them: whatever the model returns)
+    with every tensor whose first dimension is the batch (``batch`` rows) cut to its first
+    ``rows``; anything else as it is."""
+    from torch.utils._pytree import tree_map
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+            return value[:rows]
+        return value
+
+    return tree_map(cut, outputs)

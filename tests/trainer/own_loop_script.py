@@ -13,7 +13,8 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout"], "what to train")
+    flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout", "weighted"],
+                      "what to train (weighted: cross-entropy of weighted classes)")
     flags.DEFINE_string("bad", "", "pass this bad input (tests)")
     flags.DEFINE_integer("examples", 96, "training examples")
     flags.DEFINE_integer("eval_examples", 37, "evaluation examples (0: no eval_set)")
@@ -52,6 +53,12 @@ def model(task):
     return torch.nn.Sequential(*layers, torch.nn.Linear(16, outputs))
 
 
+LOSSES = {
+    "regress": torch.nn.MSELoss,
+    # a loss holding a tensor of its own, which must go where the model goes
+    "weighted": lambda: torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 3.0])),
+}
+
 BAD = {
     # usage (64)
     "model": lambda: dict(model="not a model"),
@@ -76,12 +83,14 @@ def main():
     arguments = dict(model=model(task), train_set=data(task, FLAGS.examples, 1),
                      eval_set=data(task, FLAGS.eval_examples, 2) if FLAGS.eval_examples
                      else None,
-                     loss_fn=torch.nn.MSELoss() if task == "regress" else None)
+                     loss_fn=LOSSES.get(task, lambda: None)())
     if FLAGS.bad:
         arguments.update(BAD[FLAGS.bad]())
     summary = trainer.train(**arguments)
     print("summary", summary["global_step"], summary.get("final_eval_loss"),
           summary.get("final_accuracy"))
+    for name, tensor in getattr(arguments["loss_fn"], "named_buffers", lambda: ())():
+        print("loss_fn's {} on {}".format(name, tensor.device.type))
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ an uninterrupted run; two devices (SPMD) train and evaluate; bad input is one li
 code. The checks before training run in-process too (``run_own``)."""
 
 import json
+import logging
 import re
 import signal
 import subprocess
 import sys
 
+import numpy
 import pytest
 import torch
 
@@ -97,6 +99,19 @@ def test_a_tensor_dataset_run_writes_every_output_and_evaluates_the_real_example
         assert summary["final_accuracy"] is None and "top1" not in evals[-1]
     else:  # counts of 37: exact
         assert round(summary["final_accuracy"] * EVAL_EXAMPLES) == round(top1 * EVAL_EXAMPLES)
+
+
+def test_a_loss_module_holding_tensors_moves_to_the_device_with_the_model(tmp_path):
+    job = tmp_path / "job"
+    returncode, out, err = finish(script("--task=weighted", "--job_dir=" + str(job),
+                                         "--batch_size=8", "--step_mode=lazy",
+                                         "--num_epochs=1"))
+    assert returncode == 0 and "Traceback" not in err, err
+    # Not a tensor of the host's read into every step: the device's (the XLA CPU device
+    # takes a host tensor too, a TPU graph would hold it as a constant or copy it each step).
+    assert "loss_fn's weight on xla" in out
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["final_accuracy"] is not None and summary["final_eval_loss"] > 0
 
 
 def stopped_then_resumed(job, *args):
@@ -195,6 +210,16 @@ def _items(items):
     return Items()
 
 
+class Counting(torch.utils.data.IterableDataset):
+    """An iterable set that has a length: still no items by index."""
+
+    def __iter__(self):
+        return iter([(torch.zeros(6), 0)] * 4)
+
+    def __len__(self):
+        return 4
+
+
 PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long())
 
 
@@ -220,6 +245,15 @@ PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long(
                  "is torch.float32"),
     (dict(train_set=_items([(torch.zeros(6), 0, 1)])), EX_DATAERR,
      "train_set item 0 is a tuple of 3 parts, not an (input, target) pair"),
+    (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 5), torch.zeros(4).long())),
+     EX_DATAERR, "model(torch.float32 of shape (2, 5)) failed on eval_set's first items"),
+    (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 6), torch.zeros(4))),
+     EX_DATAERR, "loss_fn(outputs, targets of torch.float32 (2,)) failed on eval_set's first"),
+    (dict(train_set=_items({0: (torch.zeros(6), 0), 2: (torch.zeros(6), 1)})), EX_DATAERR,
+     "train_set item 1: __getitem__ raised KeyError: 1"),
+    (dict(train_set=_items([(numpy.zeros(6, numpy.longdouble), 0)])), EX_DATAERR,
+     "train_set item 0: its input (ndarray float128) is no tensor: TypeError"),
+    (dict(train_set=Counting()), EX_USAGE, "train_set is an IterableDataset (Counting)"),
     (dict(train_set=_items([(torch.zeros(6), 0)] * 3)), EX_USAGE,
      "--batch_size=8 is larger than the training set (3 examples in train_set)"),
 ])
@@ -272,3 +306,150 @@ def test_batches_hold_each_example_once_an_epoch_and_a_resume_continues_at_its_s
     other_epoch = DatasetSource(train, None, 4, 4, seed=3)
     assert [y.tolist() for _, y in other_epoch.train_batches(0)] != [
         y.tolist() for _, y in batches[0]]
+
+
+def test_the_largest_seed_seeds_every_batch():
+    """--seed up to ``config.MAX_SEED``: each batch's mixed seed stays in manual_seed's range."""
+    from trainer.config import MAX_SEED
+    from trainer.dataset_source import DatasetSource
+
+    source = DatasetSource(PAIRS, PAIRS, 4, 4, seed=MAX_SEED)
+    assert len(list(source.train_batches(3, start_step=1))) == 3
+    assert len(list(source.eval_batches())) == 4
+    source.close()
+
+
+class TwoHeads(torch.nn.Module):
+    """Returns a dict holding a tuple: outputs that are no single tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        scores = self.linear(x)
+        return {"scores": scores, "aux": (scores * 2, torch.ones(()))}
+
+
+def two_heads_loss(outputs, y):
+    return (torch.nn.functional.cross_entropy(outputs["scores"], y)
+            + outputs["aux"][0].mean() * outputs["aux"][1])
+
+
+def test_a_padded_batch_is_cut_in_every_output_a_model_returns():
+    from trainer import xla
+    from trainer.steps import Steps
+
+    model = TwoHeads()
+    steps = Steps(model, None, None, two_heads_loss, [], xla.LAZY, eval_rows=lambda i: 3)
+    x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 0])
+    counts = steps.evaluate(x, y, steps.zero_counts())
+    with torch.no_grad():
+        expected = two_heads_loss(model(x[:3]), y[:3]).item()
+    assert steps.results(counts) == {"loss": pytest.approx(expected, rel=1e-6)}
+
+
+class Drawing(torch.utils.data.Dataset):
+    """Items that draw from Python's, numpy's and torch's global random states."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, index):
+        import random
+
+        return torch.tensor([random.random(), numpy.random.random(), torch.rand(()).item()]), 0
+
+
+def test_random_draws_in_getitem_are_the_same_for_any_worker_count_and_after_a_resume():
+    from trainer.dataset_source import DatasetSource
+
+    drawn = {}
+    for workers in (0, 2):
+        source = DatasetSource(Drawing(), None, 4, 4, seed=5, workers=workers)
+        drawn[workers] = [x for x, _ in source.train_batches(0)]
+        resumed = [x for x, _ in source.train_batches(0, start_step=2)]
+        source.close()
+        assert torch.equal(resumed[0], drawn[workers][2])
+    assert all(torch.equal(a, b) for a, b in zip(drawn[0], drawn[2]))
+    assert len({tuple(row) for x in drawn[0] for row in x.tolist()}) == 12  # no repeats
+
+
+def test_data_workers_stop_at_start_when_dev_shm_cannot_hold_their_batches():
+    """Items of 4 MB, a batch of 2**16 of them: 2 workers need ~1 PB of /dev/shm (the items
+    are views of one row, so nothing that large is ever made)."""
+    from trainer.data import shared_memory
+    from trainer.dataset_source import DatasetSource
+    from trainer.errors import EX_CONFIG
+
+    rows, width = 2 ** 16, 2 ** 20
+    huge = torch.utils.data.TensorDataset(torch.zeros(1, width).expand(rows, width),
+                                          torch.zeros(rows).long())
+    with pytest.raises(TrainerError) as raised:
+        DatasetSource(huge, None, rows, rows, seed=0, workers=2)
+    needed = 2 * 2 * rows * (width * 4 + 8)
+    assert raised.value.exit_code == EX_CONFIG
+    assert raised.value.message.startswith("{} has ".format(shared_memory.SHM_DIR))
+    assert "2 data workers need {}".format(shared_memory._mb(needed)) in raised.value.message
+    DatasetSource(huge, None, rows, rows, seed=0, workers=0).close()  # none: no shared memory
+
+
+class Kept(logging.Handler):
+    """The ``trainer`` logger's messages, whatever its propagation (``trainer.cli``)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+    def __enter__(self):
+        logging.getLogger("trainer").addHandler(self)
+        return self
+
+    def __exit__(self, *error):
+        logging.getLogger("trainer").removeHandler(self)
+
+
+def test_an_evaluation_that_counted_no_example_reports_nothing():
+    """An eval_set smaller than one global batch on several hosts counts no row: no top-1 of
+    0 (a model that learnt nothing), no loss, and a warning."""
+    from trainer import xla
+    from trainer.steps import Steps
+
+    steps = Steps(torch.nn.Linear(6, 3), None, None, torch.nn.CrossEntropyLoss(), [1],
+                  xla.LAZY, eval_rows=lambda i: 0)
+    counts = steps.evaluate(torch.randn(4, 6), torch.tensor([0, 1, 2, 0]), steps.zero_counts())
+    with Kept() as kept:
+        assert steps.results(counts) == {}
+    assert kept.messages == ["evaluation counted no example: no top-1 and no loss to report"]
+
+
+def test_the_ragged_end_is_logged_and_a_too_large_batch_names_the_per_device_flag():
+    from trainer.dataset_source import DatasetSource
+
+    source = DatasetSource(PAIRS, None, 6, 6, seed=0)  # 16 examples: 2 batches, 4 left out
+    assert "train_set: 16 examples (4 left out each epoch: 16 % the global batch 6" in (
+        source.describe())
+    assert "left out" not in DatasetSource(PAIRS, None, 8, 8, seed=0).describe()
+    with pytest.raises(TrainerError) as raised:
+        DatasetSource(PAIRS, None, 32, 32, seed=0, devices=4)
+    assert raised.value.message == ("--batch_size=8 x 4 devices = 32 is larger than the "
+                                    "training set (16 examples in train_set)")
+
+
+def test_without_top1_hypertune_gets_the_loss_as_loss_unless_the_tag_was_named(
+        tmp_path, monkeypatch):
+    """The default tag ``accuracy`` is maximised by a study: a loss must not go under it."""
+    from trainer.fit import _log_epoch
+    from trainer.loop import LoopState
+    from trainer.outputs import RunOutputs
+
+    metric_file = tmp_path / "hypertune" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(metric_file))
+    for tag, reported in (("accuracy", "loss"), ("my_loss", "my_loss")):
+        with RunOutputs(OutputPaths.resolve(None, {}), hypertune_tag=tag) as outputs:
+            _log_epoch(LoopState(), {"loss": 0.25}, outputs)
+        metric = json.loads(metric_file.read_text().splitlines()[-1])
+        assert metric[reported] == "0.25" and "accuracy" not in metric

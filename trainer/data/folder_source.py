@@ -99,7 +99,8 @@ class FolderSource(stream.StreamSource):
         self.batch_size, self.workers, self.seed = batch_size, num_workers, seed
         self.eval_batch_size = eval_batch_size or batch_size
         self.host, self.image_size = host, image_size
-        self.steps_per_epoch = steps_in(len(self.train.files), batch_size, root.join("train"))
+        self.steps_per_epoch = steps_in(len(self.train.files), batch_size, root.join("train"),
+                                        devices or 1)
         cut = Cut(len(self.train.files), batch_size, host.count)
         eval_cut = Cut(len(self.val.files), self.eval_batch_size, host.count, padded=True)
         self.eval_steps = eval_cut.steps

@@ -7,14 +7,43 @@
 #   pjrt           us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.9.0_3.10_tpuvm
 #                  - Vertex AI / TPU VM, PJRT
 ARG BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.11_3.7
+ARG RUNTIME=xrt
+
+# The data workers' cropped JPEG decoder (trainer/data/_jpeg_region.c; docs/benchmarks.md),
+# built for the base's own Python against Debian's libjpeg-turbo, the version pinned here;
+# the library is copied next to the module (imagebuild/jpeg_region.py --bundle), so the final
+# stage installs no Debian package. The compiler and headers stay in this stage. The pjrt
+# profile only: the xrt image (Python 3.7) keeps its decoders (trainer/data/jpeg_decode.py).
 # Both profiles come from trusted registries (.hadolint.yaml); hadolint cannot see through
-# the ARG, and tests/delivery checks the defaults.
+# the ARG, and tests/delivery checks the defaults. The compiler and libc headers are the
+# release's current ones (their output is the module, not what ships).
+# hadolint ignore=DL3026
+FROM ${BASE_IMAGE} AS native-pjrt
+# hadolint ignore=DL3008
+RUN --mount=type=bind,source=trainer/data/_jpeg_region.c,target=/tmp/native/_jpeg_region.c \
+    --mount=type=bind,source=imagebuild/jpeg_region.py,target=/tmp/native/jpeg_region.py \
+    set -e; \
+    apt-get update -qq; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        gcc libc6-dev libjpeg62-turbo-dev=1:2.1.5-2 >/dev/null; \
+    python /tmp/native/jpeg_region.py /tmp/native/_jpeg_region.c /jpeg-region --bundle; \
+    mkdir /jpeg-region-sbom; \
+    dpkg-query -s libjpeg62-turbo > /jpeg-region-sbom/status; \
+    rm -rf /var/lib/apt/lists/*
+
+# hadolint ignore=DL3026
+FROM ${BASE_IMAGE} AS native-xrt
+RUN mkdir /jpeg-region /jpeg-region-sbom
+
+# hadolint ignore=DL3006,DL3026
+FROM native-${RUNTIME} AS native
+
 # hadolint ignore=DL3026
 FROM ${BASE_IMAGE}
 
 # The base's reference again (an ARG before FROM is not visible after it): the SBOM names it.
 ARG BASE_IMAGE
-ARG RUNTIME=xrt
+ARG RUNTIME
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -47,14 +76,17 @@ RUN --mount=type=secret,id=pip_cert \
 
 COPY launcher/ /app/launcher/
 COPY trainer/ /app/trainer/
+COPY --from=native /jpeg-region/ /app/trainer/data/
 
 # The SBOM (make sbom prints it): Python and Debian packages, the base reference and the
 # project's code. Its tool and the lock are bind-mounted from the context, so nothing of them
 # stays in a layer; this step reruns only when the code or the lock changes.
 RUN --mount=type=bind,source=imagebuild/sbom.py,target=/tmp/sbom/sbom.py \
     --mount=type=bind,source=requirements,target=/tmp/sbom/requirements \
+    --mount=type=bind,from=native,source=/jpeg-region-sbom,target=/tmp/sbom/bundled \
     python /tmp/sbom/sbom.py /tmp/sbom/requirements/image-${RUNTIME}.lock "${RUNTIME}" \
         --base "${BASE_IMAGE}" --project /app/launcher --project /app/trainer \
+        --bundled-dpkg-status /tmp/sbom/bundled/status \
         > /app/sbom.cdx.json
 
 # The platform's job arguments replace CMD, so the trainer is chosen here, not in CMD.

@@ -92,8 +92,19 @@ $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 	touch $@
 	$(call venv_phase,ready)
 
+# The data workers' cropped JPEG decoder (trainer/data/_jpeg_region.c), built for the venv's
+# Python by the same script as in the pjrt image (imagebuild/jpeg_region.py). Without a C
+# compiler or libjpeg-turbo's headers it is not built: one line says so, and simplejpeg
+# decodes whole images (the trainer's start-up line names the decoder).
+JPEG_REGION_STAMP := $(VENV)/.jpeg-region
+$(JPEG_REGION_STAMP): trainer/data/_jpeg_region.c imagebuild/jpeg_region.py $(STAMP)
+	$(PY) imagebuild/jpeg_region.py trainer/data/_jpeg_region.c trainer/data \
+		|| echo "make: the region JPEG decoder is not built (the line above); simplejpeg decodes"
+	touch $@
+VENV_READY := $(STAMP) $(JPEG_REGION_STAMP)
+
 ## venv: create .venv from the pinned lock (make run and make test do it when needed).
-venv: $(STAMP)
+venv: $(VENV_READY)
 
 ## run: the main job locally: the launcher detects "no platform", picks the XLA CPU device
 ## and execs the MNIST trainer on the shipped real-digit sample (data/mnist-sample: 2,000
@@ -106,7 +117,7 @@ RUN_ARGS ?=
 # How the trainer names the command that resumes a stopped run (trainer/restart.py).
 run: export RESUME_WITH = make run RUN_ARGS
 run: export RESUME_ARGS = $(RUN_ARGS)
-run: $(STAMP)
+run: $(VENV_READY)
 	$(PY) -m launcher -- $(RUN_DEFAULTS) $(RUN_ARGS)
 
 ## run-imagenet: the ImageNet trainer locally, through the launcher as on a platform
@@ -121,7 +132,7 @@ IMAGENET_DEFAULTS = --data_dir=$(IMAGENET_SAMPLE) --model=resnet18 --image_size=
 IMAGENET_ARGS ?=
 run-imagenet: export RESUME_WITH = make run-imagenet IMAGENET_ARGS
 run-imagenet: export RESUME_ARGS = $(IMAGENET_ARGS)
-run-imagenet: $(STAMP)
+run-imagenet: $(VENV_READY)
 	test -d $(IMAGENET_SAMPLE) || $(PY) data/make_imagenet_sample.py $(IMAGENET_SAMPLE)
 	$(PY) -m launcher --trainer 'python -m trainer.imagenet' -- $(IMAGENET_DEFAULTS) $(IMAGENET_ARGS)
 
@@ -173,7 +184,7 @@ test: lint
 FUZZ_SCALE ?= 30
 fuzz: export HYPOTHESIS_PROFILE = fuzz
 fuzz: export FUZZ_SCALE := $(FUZZ_SCALE)
-fuzz: $(STAMP)
+fuzz: $(VENV_READY)
 	status=0; \
 	$(PY) -m pytest tests/launcher tests/delivery tests/imagebuild -m "property and not tensorflow" \
 		|| status=1; \
@@ -185,7 +196,7 @@ fuzz: $(STAMP)
 ## test-images: build both stand-in bases and both images with a real Docker engine and run
 ## real containers through what users do (tests/images). Starts its own dockerd when it is
 ## root and none answers at DOCKER_HOST; fails with one line when it cannot.
-test-images: $(STAMP)
+test-images: $(VENV_READY)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m pytest tests/images
 
 ## build / push: the image for RUNTIME (xrt: TPU node, legacy AI Platform; pjrt: TPU VM).
@@ -263,7 +274,7 @@ cloudbuild:
 
 ## check-job: fill the image (and JOB_ARGS and BASE_OUTPUT_DIR for Vertex) into CONFIG, validate
 ## it offline.
-check-job: $(STAMP)
+check-job: $(VENV_READY)
 	$(call require,PROJECT)
 	mkdir -p build
 	$(PY) -m jobspec check $(CONFIG) --image $(IMAGE_URI) --region $(REGION) \
@@ -352,7 +363,7 @@ GKE_LAST_JOB := build/gke-last-job
 # the next submit).
 gke_follow_up_args = $(strip PROJECT=$(PROJECT) REGION=$(REGION) CLUSTER=$(CLUSTER) $(foreach var,CLUSTER_LOCATION GKE_CONTEXT KUBECTL,$(if $(filter file default,$(origin $(var))),,$(var)=$($(var)))) GKE_JOB_NAME=$(GKE_JOB_NAME))
 submit-gke: RUNTIME = pjrt
-submit-gke: $(STAMP)
+submit-gke: $(VENV_READY)
 	$(call require,PROJECT)
 	$(call require,CLUSTER)
 	mkdir -p build
@@ -405,7 +416,7 @@ gke-status:
 	$(KUBECTL) --context $(GKE_CONTEXT) get jobset $(GKE_JOB)
 	$(KUBECTL) --context $(GKE_CONTEXT) get pods $(GKE_SELECTOR) -o wide
 
-gke-logs: $(STAMP)
+gke-logs: $(VENV_READY)
 	$(call gke_job_required)
 	$(PY) -m jobspec.gke_logs --context $(GKE_CONTEXT) --kubectl "$(KUBECTL)" \
 		--streams $(GKE_LOG_STREAMS) --wait $(GKE_LOG_WAIT) --poll $(GKE_LOG_POLL) $(GKE_JOB)
@@ -427,7 +438,7 @@ LOCAL_ENV_pjrt = -e CLUSTER_SPEC='$(LOCAL_CLUSTER_SPEC)'
 # xrt resolves a real TPU node: without TPU_NODE (or a LOCAL_TPU_CONFIG of one's own) the
 # launcher could only refuse the empty name.
 local_run_needs_tpu = $(and $(filter xrt,$(RUNTIME)),$(filter file,$(origin LOCAL_TPU_CONFIG)),$(if $(strip $(TPU_NODE)),,1))
-local-run: $(STAMP)
+local-run: $(VENV_READY)
 	$(call check_runtime)
 	$(call require,PROJECT)
 	$(if $(local_run_needs_tpu),$(error TPU_NODE is not set: make local-run RUNTIME=xrt TPU_NODE=NAME resolves that TPU node; RUNTIME=pjrt rehearses without a TPU))
@@ -439,7 +450,7 @@ local-run: $(STAMP)
 LINT_GKE_ARGS := --data_dir=gs://lint-bucket/imagenet --job-dir=gs://lint-bucket/jobs/lint
 ## lint: ruff, vermin (Python 3.7 in the image code, the SBOM writer and the pip check), hadolint,
 ## check-jsonschema, yamllint.
-lint: $(STAMP)
+lint: $(VENV_READY)
 	$(VENV)/bin/ruff check launcher trainer jobspec imagebuild tests bench
 	$(VENV)/bin/vermin --target=3.7- --no-tips --violations --eval-annotations \
 		--backport dataclasses --backport typing launcher trainer imagebuild/sbom.py imagebuild/pip_check.py
@@ -466,7 +477,7 @@ lint: $(STAMP)
 BENCHES := launcher startup trainer step_paths spmd data listing run_timing checkpoint_copy \
            checkpoint_write epoch_boundary host_simulation feed_cpu \
            "decode_pairs --per-class 10 --rounds 3" worker_balance trainer_threads own_loop feed
-bench: $(STAMP)
+bench: $(VENV_READY)
 	for bench in $(BENCHES); do \
 	  set -- $$bench; name=$$1; shift; echo "== bench/$$name.py"; \
 	  $(PY) bench/$$name.py "$$@" || exit 1; \
@@ -474,7 +485,7 @@ bench: $(STAMP)
 
 ## bench-images: build times and sizes of both image profiles (BENCH_ARGS=--cold: from nothing).
 BENCH_ARGS ?=
-bench-images: $(STAMP)
+bench-images: $(VENV_READY)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) bench/images.py $(BENCH_ARGS)
 
 ## lock: make lock-dev and make lock-images.
@@ -497,7 +508,7 @@ lock-dev:
 ## moves what it needs); UPGRADE=1 re-resolves from scratch. PIP_CERT: a CA bundle pip must
 ## trust, mounted read-only.
 UPGRADE ?=
-lock-images: $(STAMP)
+lock-images: $(VENV_READY)
 	engine="$$(tests/images/engine.sh)" && \
 	for runtime in xrt pjrt; do \
 	  env $$engine $(DOCKER) image inspect tpu-standin:$$runtime >/dev/null 2>&1 || \
@@ -506,7 +517,7 @@ lock-images: $(STAMP)
 
 ## standin-pins: the sha256 of each file the stand-ins install, into standin/RUNTIME-pins.txt
 ## (edit the versions there by hand; imagebuild/standin_pins.py asks pip in the stand-ins).
-standin-pins: $(STAMP)
+standin-pins: $(VENV_READY)
 	engine="$$(tests/images/engine.sh)" && env $$engine $(PY) -m imagebuild.standin_pins xrt pjrt
 
 ## pin-bases: pin each profile's base image to the digest its tag points at now, asked of the
@@ -514,7 +525,7 @@ standin-pins: $(STAMP)
 ## registry refuses an anonymous one): Makefile, Dockerfile, cloudbuild.yaml and
 ## jobspec/images.py then name NAME:TAG@sha256:..., which Docker pulls by the digest alone (the
 ## tag is ignored): a tag pushed again changes nothing until pin-bases runs again.
-pin-bases: $(STAMP)
+pin-bases: $(VENV_READY)
 	$(PY) -m imagebuild.pin_bases
 
 ## sbom: print the CycloneDX SBOM the build wrote into IMAGE_URI (/app/sbom.cdx.json) and keep
@@ -528,7 +539,7 @@ sbom:
 
 ## clean: remove .venv and the test caches.
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis trainer/data/_jpeg_region.*.so
 
 ## help: this list (also what `make` alone prints): each target's `##` comment in this
 ## Makefile. Variables and their defaults: docs/submitting.md.

@@ -1,4 +1,5 @@
-"""``python sbom.py LOCK RUNTIME [--base REF] [--project DIR]... > sbom.cdx.json``: a CycloneDX
+"""``python sbom.py LOCK RUNTIME [--base REF] [--project DIR]... [--bundled-dpkg-status FILE]
+> sbom.cdx.json``: a CycloneDX
 1.6 JSON bill of materials of the image, written during the image build.
 
 Components:
@@ -8,6 +9,9 @@ Components:
   the property ``tpu-xla:source=lock``, the base's own ``tpu-xla:source=base``;
 - every Debian package ``dpkg`` lists as installed (``/var/lib/dpkg/status``), with
   ``tpu-xla:source=os``, and the distribution itself from ``/etc/os-release``;
+- every Debian package a build stage copied files of into the project
+  (``--bundled-dpkg-status``: the pjrt image's libjpeg-turbo, next to the region decoder in
+  ``/app/trainer/data``), with ``tpu-xla:source=bundled``;
 - the base image as the build named it (``--base``; its digest as a hash when it is pinned by
   one);
 - the project: the files under each ``--project`` folder (``/app/launcher``, ``/app/trainer``),
@@ -173,13 +177,15 @@ def read_dpkg_status(path):
     return packages
 
 
-def os_components(packages, os_release):
-    """The distribution and its installed Debian packages as components."""
+def os_components(packages, os_release, source="os"):
+    """The distribution and its installed Debian packages as components (``source``: "os",
+    or "bundled" for a package whose files were copied into the project's folders by a build
+    stage, not installed)."""
     vendor = os_release.get("ID", "debian")
     distro = "{}-{}".format(vendor, os_release["VERSION_ID"]) \
         if os_release.get("VERSION_ID") else None
     found = []
-    if os_release:
+    if os_release and source == "os":
         found.append({"type": "operating-system", "bom-ref": "os", "name": vendor,
                       "version": os_release.get("VERSION_ID", ""),
                       "description": os_release.get("PRETTY_NAME", vendor)})
@@ -189,7 +195,7 @@ def os_components(packages, os_release):
             "arch": package.get("Architecture"), "distro": distro})
         found.append({"type": "library", "bom-ref": reference, "name": name,
                       "version": version, "purl": reference,
-                      "properties": [{"name": "tpu-xla:source", "value": "os"}]})
+                      "properties": [{"name": "tpu-xla:source", "value": source}]})
     return found
 
 
@@ -273,6 +279,9 @@ def parse_args(argv):
                         help="a folder of the project's own code (repeatable)")
     parser.add_argument("--dpkg-status", default="/var/lib/dpkg/status")
     parser.add_argument("--os-release", default="/etc/os-release")
+    parser.add_argument("--bundled-dpkg-status",
+                        help="dpkg's entries of packages a build stage copied files of into "
+                             "the project (the pjrt image's libjpeg-turbo); absent: none")
     return parser.parse_args(argv)
 
 
@@ -297,6 +306,8 @@ def main(argv):
     extra = os_components(packages or [], read_os_release(args.os_release))
     notes = [("tpu-xla:os-packages", "from " + args.dpkg_status if packages is not None
               else "not listed: no " + args.dpkg_status)]
+    bundled = read_dpkg_status(args.bundled_dpkg_status) if args.bundled_dpkg_status else None
+    extra += os_components(bundled or [], read_os_release(args.os_release), "bundled")
     if args.base:
         extra.append(base_component(args.base))
     else:

@@ -35,12 +35,13 @@ def read_image(runtime: str = "xrt") -> ImageSpec:
         if kind == "ARG":  # defaults, including those before FROM (parser.args omits them)
             name, _, default = value.partition("=")
             args[name] = runtime if name == "RUNTIME" else default
-        elif kind == "FROM":
-            base = expanded
+        elif kind == "FROM":  # the last stage is the image; the earlier ones build parts
+            base, workdir, copies = expanded.split()[0], "/", []
         elif kind == "WORKDIR":
             workdir = expanded
-        elif kind == "COPY":  # several sources go into the destination folder
-            *sources, destination = expanded.split()
+        elif kind == "COPY" and "--from=" not in value:  # a build stage's output: not here
+            *sources, destination = [word for word in expanded.split()
+                                     if not word.startswith("--")]
             copies.extend((source, destination + source.rsplit("/", 1)[-1]
                            if len(sources) > 1 else destination) for source in sources)
         elif kind == "ENTRYPOINT":

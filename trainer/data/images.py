@@ -27,7 +27,14 @@ from typing import Iterator, Tuple
 import torch
 
 from trainer.data import jpeg_decode
-from trainer.data.resample import Box, crop_resized, tensor_crop_resized, torch_resamples_uint8
+from trainer.data.resample import (
+    Box,
+    crop_resized,
+    pixel_box,
+    rows_resized,
+    tensor_crop_resized,
+    torch_resamples_uint8,
+)
 from trainer.errors import DataError
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -175,14 +182,19 @@ def _crop_resized(data: bytes, width: int, height: int, image, box: Box, size: i
     ``data``, ``image`` as ``_opened`` gives it."""
     if image is None:
         divisor = reduction(width, height, box, size)
+        # The decoded size libjpeg gives at 1/divisor (rounded up), and the box there in
+        # whole pixels, taken before the decode: only that region need be decoded.
+        scaled_width, scaled_height = -(-width // divisor), -(-height // divisor)
+        sx, sy = scaled_width / width, scaled_height / height
+        left, top, right, bottom = pixel_box((box[0] * sx, box[1] * sy, box[2] * sx,
+                                              box[3] * sy), scaled_width, scaled_height)
         try:
-            pixels = jpeg_decode.scaled(data, width, height, divisor)
+            rows, x, y = jpeg_decode.region(data, width, height, divisor,
+                                            (left, top, right, bottom))
         except OSError:  # what libjpeg-turbo refuses strictly Pillow may still read
             pass
         else:
-            sx, sy = pixels.shape[2] / width, pixels.shape[1] / height
-            return tensor_crop_resized(pixels, (box[0] * sx, box[1] * sy, box[2] * sx,
-                                                box[3] * sy), size, flip)
+            return rows_resized(rows, (left - x, top - y, right - x, bottom - y), size, flip)
         image = open_image(data)
     image.draft("RGB", draft_size(width, height, box, size))
     if image.size == (width, height) and _decodes_to_tensor(image):

@@ -1,7 +1,12 @@
-"""JPEG bytes straight to uint8 pixels, by the fastest decoder this environment has (all three
+"""JPEG bytes straight to uint8 pixels, by the fastest decoder this environment has (all
 wrap libjpeg-turbo):
 
-- ``simplejpeg`` (the pjrt image and the dev environment): the header alone without Pillow,
+- ``_jpeg_region`` with simplejpeg's header (the pjrt image and the dev environment, where
+  ``imagebuild/jpeg_region.py`` built it): only the region a crop needs is decoded
+  (``region``): libjpeg-turbo's ``jpeg_crop_scanline`` and ``jpeg_skip_scanlines``, so the rows
+  above it are entropy-decoded only and the rows below it not at all; the same pixels as a
+  full decode, at the same DCT scale and IDCT.
+- ``simplejpeg`` (where the extension is not built): the header alone without Pillow,
   a decode at a reduced DCT scale (1/2, 1/4, 1/8) as Pillow's ``draft``, into a numpy array
   that torch takes without a copy; with libjpeg-turbo's fast integer IDCT (``FAST_DCT``).
 - ``torchvision`` (where simplejpeg is absent: the xrt image, Python 3.7): the full-size decode
@@ -9,7 +14,7 @@ wrap libjpeg-turbo):
 - ``Pillow`` alone where neither decodes (``images`` then never calls this module's decodes).
 
 Pillow decodes to 4 bytes per pixel and a tensor needs a copy out of it (about a third of the
-decode's time again); the two others write the 3 bytes per pixel once. ``decoder()`` names the
+decode's time again); the others write the 3 bytes per pixel once. ``decoder()`` names the
 one that runs (the trainer's start-up line says it).
 """
 
@@ -33,20 +38,41 @@ RGB_SPACES = ("YCbCr", "Gray", "RGB")
 
 @functools.lru_cache(maxsize=None)
 def decoder() -> str:
-    """The decoder plain JPEGs take here: "simplejpeg", "torchvision" or "Pillow"."""
+    """The decoder plain JPEGs take here: "region" (``_jpeg_region``, the crop's region
+    only), "simplejpeg", "torchvision" or "Pillow"."""
     if _simplejpeg() is not None:
-        return "simplejpeg"
+        return "region" if _region_module() is not None else "simplejpeg"
     return "torchvision" if available() else "Pillow"
 
 
 def described() -> str:
     """What the start-up line says of the decoder (``decoder()``), e.g. "JPEGs decoded by
-    simplejpeg 1.9.0 (fast IDCT)"."""
+    libjpeg-turbo 2.1.5, the crop's region only (fast IDCT)"."""
     name = decoder()
+    idct = " (fast IDCT)" if FAST_DCT else ""
+    if name == "region":
+        number = _region_module().LIBJPEG_TURBO_VERSION
+        return "JPEGs decoded by libjpeg-turbo {}.{}.{}, the crop's region only{}".format(
+            number // 1000000, number // 1000 % 1000, number % 1000, idct)
     if name == "simplejpeg":
         return "JPEGs decoded by simplejpeg {}{}".format(
-            getattr(_simplejpeg(), "__version__", "?"), " (fast IDCT)" if FAST_DCT else "")
+            getattr(_simplejpeg(), "__version__", "?"), idct)
     return "JPEGs decoded by {}".format(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _region_module():
+    """``trainer.data._jpeg_region`` when it is built for this Python, loads and decodes a
+    small JPEG's region, else None (not built: a machine without a C compiler or
+    libjpeg62-turbo-dev, or the xrt image; then simplejpeg decodes whole images)."""
+    try:
+        from trainer.data import _jpeg_region
+
+        pixels, x, y, width, height = _jpeg_region.decode(_probe(), 1, 4, 4, 8, 8, FAST_DCT)
+    except (ImportError, OSError, ValueError):
+        return None
+    covers = x <= 4 and y <= 4 and x + width >= 8 and y + height >= 8
+    return _jpeg_region if covers and len(pixels) == width * height * 3 else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,6 +120,29 @@ def scaled(data: bytes, width: int, height: int, reduction: int) -> torch.Tensor
     except ValueError as error:  # strict: a cut or corrupt file is an error, not grey rows
         raise OSError("cannot decode the JPEG: {}".format(error))
     return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int, int, int, int]
+           ) -> Tuple[torch.Tensor, int, int]:
+    """The pixel box ``box`` (left, top, right, bottom) of the JPEG in ``data`` (``header``:
+    ``width x height``) decoded at 1/``reduction`` (1, 2, 4 or 8; the box in that scale's
+    pixels, inside the image): ``(pixels, x, y)``, ``pixels`` a uint8 RGB block ``H x W x 3``
+    that covers the box, its top-left pixel ``(x, y)`` of the scaled image. Its pixels are
+    those of ``scaled`` (the same libjpeg-turbo decode: 0 levels apart, test_jpeg_decode).
+    Where ``_jpeg_region`` is not built, the whole scaled image (``x = y = 0``). OSError if it
+    is not a whole JPEG."""
+    module = _region_module()
+    # A file cut short, or damaged, below the region would decode without a word: a file
+    # that does not end at its End Of Image marker is decoded whole, strictly (trailing
+    # bytes after the marker, which some cameras write, take that path too and decode).
+    if module is None or not data.endswith(b"\xff\xd9"):
+        return scaled(data, width, height, reduction).permute(1, 2, 0), 0, 0
+    try:
+        pixels, x, y, block_width, block_height = module.decode(data, reduction, *box, FAST_DCT)
+    except ValueError as error:
+        raise OSError("cannot decode the JPEG: {}".format(error))
+    block = torch.frombuffer(pixels, dtype=torch.uint8)
+    return block.view(block_height, block_width, 3), x, y
 
 
 @functools.lru_cache(maxsize=None)

@@ -62,15 +62,24 @@ def by_torch(image, box: Box, size: int, flip: bool) -> torch.Tensor:
 
 def tensor_crop_resized(pixels: torch.Tensor, box: Box, size: int, flip: bool) -> torch.Tensor:
     """``crop_resized`` of a uint8 ``3 x H x W`` tensor, by torch's kernel."""
-    left, top, right, bottom = pixel_box(box, pixels.shape[2], pixels.shape[1])
+    return rows_resized(pixels.permute(1, 2, 0), pixel_box(box, pixels.shape[2], pixels.shape[1]),
+                        size, flip)
+
+
+def rows_resized(rows: torch.Tensor, region: Tuple[int, int, int, int], size: int, flip: bool
+                 ) -> torch.Tensor:
+    """The pixel box ``region`` (left, top, right, bottom) of a uint8 ``H x W x 3`` tensor
+    resized to ``size x size`` (mirrored if ``flip``) by torch's kernel: ``3 x size x size``,
+    the pixels ``crop_resized`` gives."""
+    left, top, right, bottom = region
     # The region copied out once, into channels last (the layout the vectorized kernel
     # takes), copied as height x width x 3 rows: torch copies those at memory speed, a
     # 3 x H x W view of the same pixels element by element (3x the time). The filter is
     # symmetric, so mirroring the region before the resize gives the same pixels as after it
     # (test_resample): that copy is also the mirror, and the output is not copied again.
-    region = pixels.permute(1, 2, 0)[top:bottom, left:right]
-    region = region.flip(1) if flip else region.contiguous()
-    return _resized(region.unsqueeze(0).permute(0, 3, 1, 2), size)[0]
+    block = rows[top:bottom, left:right]
+    block = block.flip(1) if flip else block.contiguous()
+    return _resized(block.unsqueeze(0).permute(0, 3, 1, 2), size)[0]
 
 
 def by_pillow(image, box: Box, size: int, flip: bool) -> torch.Tensor:

@@ -1,12 +1,17 @@
 """trainer.data.jpeg_decode: a JPEG straight to a uint8 tensor, the same pixels as Pillow."""
 
+import functools
 import io
 import random
+import shutil
 import sys
+from pathlib import Path
 
 import numpy
 import pytest
 import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
 from PIL import Image
 
 from trainer.data import jpeg_decode
@@ -56,11 +61,118 @@ def test_a_truncated_jpeg_is_an_os_error_not_a_grey_image():
         jpeg_decode.decoded(data[:len(data) // 2])
 
 
-def test_simplejpeg_decodes_here_and_the_start_up_line_says_so():
+# Where a C compiler and libjpeg-turbo's headers are, make venv builds the region decoder
+# (imagebuild/jpeg_region.py); where they are not, it says so and simplejpeg decodes.
+BUILDABLE = shutil.which("cc") is not None and Path("/usr/include/jpeglib.h").exists()
+
+
+def test_simplejpeg_decodes_here_and_the_start_up_line_says_so(monkeypatch):
     # Pinned in the dev lock (as in the pjrt image's): without it the decode falls back to
     # torchvision's, about 1.2x the CPU per image (bench/decode_pairs.py), without an error.
-    assert jpeg_decode.decoder() == "simplejpeg"
-    assert jpeg_decode.described().startswith("JPEGs decoded by simplejpeg 1.")
+    monkeypatch.setattr(jpeg_decode, "_region_module", lambda: None)
+    jpeg_decode.decoder.cache_clear()
+    try:
+        assert jpeg_decode.decoder() == "simplejpeg"
+        assert jpeg_decode.described().startswith("JPEGs decoded by simplejpeg 1.")
+    finally:
+        monkeypatch.undo()
+        jpeg_decode.decoder.cache_clear()
+
+
+@pytest.mark.skipif(not BUILDABLE, reason="no C compiler or jpeglib.h: the region decoder "
+                                          "is not built here (make venv said so)")
+def test_the_region_decoder_is_built_here_and_the_start_up_line_says_so():
+    assert jpeg_decode.decoder() == "region"
+    assert jpeg_decode.described() == (
+        "JPEGs decoded by libjpeg-turbo 2.1.5, the crop's region only (fast IDCT)")
+
+
+# What a region's edges meet in libjpeg-turbo: chroma subsampled both ways, one way, not at
+# all; progressive; restart markers; grayscale. 301 x 203: neither side a whole iMCU.
+ENCODINGS = {
+    "4:2:0": dict(subsampling=2), "4:2:2": dict(subsampling=1), "4:4:4": dict(subsampling=0),
+    "progressive": dict(progressive=True), "restarts": dict(restart_marker_blocks=1),
+    "gray": dict(mode="L")}
+
+
+@functools.lru_cache(maxsize=None)
+def encoded(name: str) -> bytes:
+    options = dict(ENCODINGS[name])
+    return jpeg(photo_like(301, 203).convert(options.pop("mode", "RGB")), quality=85, **options)
+
+
+@pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
+@given(st.sampled_from(sorted(ENCODINGS)), st.sampled_from([1, 2, 4, 8]), st.booleans(),
+       st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+@example("4:2:0", 1, True, 16 / 301, 16 / 203, 32 / 301, 32 / 203)  # edges on iMCU bounds
+@example("4:2:0", 1, True, 0, 0, 1, 1)  # the whole image
+@example("4:2:2", 2, False, 1, 1, 1, 1)  # the last pixel alone
+def test_a_regions_pixels_are_exactly_the_full_decodes(name, divisor, fast, x0, y0, x1, y1):
+    data = encoded(name)
+    width, height = -(-301 // divisor), -(-203 // divisor)
+    xs = sorted(min(int(f * width), width - 1) for f in (x0, x1))
+    ys = sorted(min(int(f * height), height - 1) for f in (y0, y1))
+    box = (xs[0], ys[0], xs[1] + 1, ys[1] + 1)
+    old = jpeg_decode.FAST_DCT
+    jpeg_decode.FAST_DCT = fast
+    try:
+        full = jpeg_decode.scaled(data, 301, 203, divisor).permute(1, 2, 0)
+        rows, x, y = jpeg_decode.region(data, 301, 203, divisor, box)
+    finally:
+        jpeg_decode.FAST_DCT = old
+    assert x <= box[0] and y <= box[1]
+    assert x + rows.shape[1] >= box[2] and y + rows.shape[0] >= box[3]
+    assert torch.equal(rows[box[1] - y:box[3] - y, box[0] - x:box[2] - x],
+                       full[box[1]:box[3], box[0]:box[2]])
+
+
+@pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
+def test_the_region_decoder_decodes_less_than_the_whole_image():
+    rows, x, y = jpeg_decode.region(encoded("4:2:0"), 301, 203, 1, (100, 100, 140, 120))
+    assert rows.shape[0] * rows.shape[1] < 301 * 203 / 4 and rows.shape[2] == 3
+
+
+@pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
+def test_a_region_outside_the_image_or_a_wrong_scale_is_a_value_error():
+    module = jpeg_decode._region_module()
+    with pytest.raises(ValueError, match=r"the box \(0, 0, 302, 10\) is not inside the "
+                                         r"301x203 image"):
+        module.decode(encoded("4:2:0"), 1, 0, 0, 302, 10, True)
+    with pytest.raises(ValueError, match="reduction must be 1, 2, 4 or 8, not 3"):
+        module.decode(encoded("4:2:0"), 3, 0, 0, 10, 10, True)
+
+
+def test_a_jpeg_cut_short_is_an_os_error_whichever_region_is_asked():
+    # Cut below the region, the file no longer ends at its End Of Image marker: decoded
+    # whole, strictly. Cut and given a marker again, the region above the cut decodes (its
+    # rows are whole) and a region across the cut is an error, never grey rows.
+    data = encoded("4:2:0")
+    with pytest.raises(OSError, match="cannot decode the JPEG"):
+        jpeg_decode.region(data[:len(data) // 2], 301, 203, 1, (0, 0, 10, 10))
+    if jpeg_decode.decoder() == "region":
+        remarked = data[:len(data) // 2] + b"\xff\xd9"
+        jpeg_decode.region(remarked, 301, 203, 1, (0, 0, 10, 10))
+        with pytest.raises(OSError, match="cannot decode the JPEG"):
+            jpeg_decode.region(remarked, 301, 203, 1, (0, 190, 10, 203))
+
+
+def test_bytes_after_the_end_of_image_decode_to_the_same_pixels():
+    data = encoded("4:2:0")
+    rows, x, y = jpeg_decode.region(data + b"\0" * 7, 301, 203, 1, (5, 6, 50, 60))
+    expected = jpeg_decode.scaled(data, 301, 203, 1).permute(1, 2, 0)
+    assert (x, y) == (0, 0) and torch.equal(rows, expected)
+
+
+def test_images_are_the_same_with_or_without_the_region_decoder(monkeypatch):
+    from trainer.data import images
+
+    data = encoded("4:2:0")
+    decoded = [images.train_image(data, 64, random.Random(seed)) for seed in range(8)]
+    decoded.append(images.eval_image(data, 64))
+    monkeypatch.setattr(jpeg_decode, "_region_module", lambda: None)
+    again = [images.train_image(data, 64, random.Random(seed)) for seed in range(8)]
+    again.append(images.eval_image(data, 64))
+    assert all(torch.equal(a, b) for a, b in zip(decoded, again))
 
 
 def test_without_simplejpeg_torchvision_decodes_and_images_still_come_out(monkeypatch):
@@ -81,7 +193,7 @@ def test_without_simplejpeg_torchvision_decodes_and_images_still_come_out(monkey
         monkeypatch.undo()
         for cached in (jpeg_decode.decoder, jpeg_decode._simplejpeg):
             cached.cache_clear()
-    assert jpeg_decode.decoder() == "simplejpeg"
+    assert jpeg_decode.decoder() in ("region", "simplejpeg")
 
 
 @pytest.mark.parametrize("mode, kind, expected", [

@@ -18,6 +18,7 @@ import worker_kills
 
 import photos as photo_set
 from trainer import storage
+from trainer.data import jpeg_decode
 from trainer.data.folder_tree import split_class_folders
 from trainer.data.make_shards import convert, main
 from trainer.data.shard_index import ShardIndex
@@ -453,8 +454,10 @@ def test_max_shorter_side_stores_every_image_with_its_shorter_side_at_most_n_and
     source = ShardSource(str(dest), 64, 8, 0, seed=0)
     assert "16 val examples, stored at most 200 px on the shorter side)" in source.describe()
     # The start-up line names the decoder (trainer.fit logs describe() as "data: ...").
-    assert source.describe().endswith(", JPEGs decoded by simplejpeg " + simplejpeg.__version__
-                                      + " (fast IDCT)")
+    assert source.describe().endswith(", " + jpeg_decode.described())
+    assert jpeg_decode.described() in (
+        "JPEGs decoded by simplejpeg {} (fast IDCT)".format(simplejpeg.__version__),
+        "JPEGs decoded by libjpeg-turbo 2.1.5, the crop's region only (fast IDCT)")
     try:
         [(x, y)] = list(source.train_batches(0))[:1]
         assert x.shape == (8, 3, 64, 64) and x.dtype == torch.uint8 and len(y) == 8

@@ -1,0 +1,148 @@
+/* One region of a JPEG decoded alone, by libjpeg-turbo's jpeg_crop_scanline and
+ * jpeg_skip_scanlines: the rows above the region are entropy-decoded only (no IDCT, no
+ * upsampling, no colour conversion), the rows below it not at all, and only the iMCU columns
+ * the region touches are transformed. A random-resized training crop touches about half a
+ * photograph's iMCUs (docs/benchmarks.md, "Decode profile").
+ *
+ * decode(data, reduction, left, top, right, bottom, fast_idct)
+ *     -> (pixels: bytearray, x, y, width, height)
+ *
+ * decodes the JPEG in `data` at 1/`reduction` (1, 2, 4 or 8) of its size each way, as RGB,
+ * and returns a width x height x 3 uint8 block (rows of width * 3 bytes) whose top-left pixel
+ * is (x, y) of the scaled image. The block covers the pixel box [left, right) x [top, bottom)
+ * of the scaled image with a margin where the image has one (below, in decode()): the chroma
+ * upsampling of the box's edge pixels then sees the neighbours a full decode gives it, so
+ * every pixel of the box is the full decode's (tests/trainer/data/test_jpeg_decode.py).
+ *
+ * Strict: whatever libjpeg-turbo warns of (corrupt data, a premature end) raises ValueError
+ * with its message, as a cut file would otherwise decode to grey rows. Errors in the
+ * arguments raise ValueError too. trainer/data/jpeg_decode.py is the Python side.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <setjmp.h>
+#include <stdio.h>
+
+#include <jpeglib.h>
+
+struct failure {
+    struct jpeg_error_mgr manager;
+    jmp_buf escape;
+    char message[JMSG_LENGTH_MAX];
+};
+
+static void on_error(j_common_ptr cinfo) {
+    struct failure *failure = (struct failure *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, failure->message);
+    longjmp(failure->escape, 1);
+}
+
+/* Level -1 is a warning (libjpeg then goes on with made-up data): an error here. Trace
+ * messages (levels 0 and up) are dropped, as libjpeg's default does. */
+static void on_message(j_common_ptr cinfo, int level) {
+    if (level < 0)
+        on_error(cinfo);
+}
+
+static int clamp(int value, int low, int high) {
+    return value < low ? low : (value > high ? high : value);
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int reduction, left, top, right, bottom, fast_idct;
+    struct jpeg_decompress_struct cinfo;
+    struct failure failure;
+    PyObject *volatile pixels = NULL;
+    JDIMENSION x, width, first_row, row;
+    int imcu_width;
+    size_t stride;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiiiip", &data, &reduction, &left, &top, &right, &bottom,
+                          &fast_idct))
+        return NULL;
+    if (reduction != 1 && reduction != 2 && reduction != 4 && reduction != 8) {
+        PyBuffer_Release(&data);
+        return PyErr_Format(PyExc_ValueError, "reduction must be 1, 2, 4 or 8, not %d",
+                            reduction);
+    }
+    cinfo.err = jpeg_std_error(&failure.manager);
+    failure.manager.error_exit = on_error;
+    failure.manager.emit_message = on_message;
+    jpeg_create_decompress(&cinfo);
+    if (setjmp(failure.escape)) {
+        jpeg_destroy_decompress(&cinfo);
+        Py_XDECREF(pixels);
+        PyBuffer_Release(&data);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, failure.message);
+        return NULL;
+    }
+    jpeg_mem_src(&cinfo, (const unsigned char *)data.buf, (unsigned long)data.len);
+    jpeg_read_header(&cinfo, TRUE);
+    cinfo.out_color_space = JCS_RGB;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = (unsigned int)reduction;
+    cinfo.dct_method = fast_idct ? JDCT_IFAST : JDCT_ISLOW;
+    jpeg_start_decompress(&cinfo);
+    if (cinfo.output_components != 3 || left < 0 || top < 0 || right <= left
+            || bottom <= top || (JDIMENSION)right > cinfo.output_width
+            || (JDIMENSION)bottom > cinfo.output_height) {
+        snprintf(failure.message, sizeof failure.message,
+                 "the box (%d, %d, %d, %d) is not inside the %ux%u image decoded to RGB",
+                 left, top, right, bottom, cinfo.output_width, cinfo.output_height);
+        longjmp(failure.escape, 1);
+    }
+    /* A margin each way, so that the upsampling of the box's edge pixels finds the chroma
+     * samples beyond them as in a full decode: one pixel to the left and above (libjpeg-turbo
+     * widens the left edge to an iMCU boundary by itself) and one whole iMCU to the right
+     * (the cropped width sets where the upsampler takes the last chroma sample as the edge,
+     * so one pixel more is not enough) and one row below. */
+    imcu_width = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
+    x = (JDIMENSION)clamp(left - 1, 0, (int)cinfo.output_width);
+    width = (JDIMENSION)clamp(right + imcu_width, 0, (int)cinfo.output_width) - x;
+    first_row = (JDIMENSION)clamp(top - 1, 0, (int)cinfo.output_height);
+    jpeg_crop_scanline(&cinfo, &x, &width);
+    if (first_row > 0 && jpeg_skip_scanlines(&cinfo, first_row) != first_row) {
+        snprintf(failure.message, sizeof failure.message, "cannot skip to row %u", first_row);
+        longjmp(failure.escape, 1);
+    }
+    stride = (size_t)cinfo.output_width * 3;
+    row = (JDIMENSION)clamp(bottom + 1, 0, (int)cinfo.output_height);
+    pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(stride * (row - first_row)));
+    if (pixels == NULL)
+        longjmp(failure.escape, 1);
+    while (cinfo.output_scanline < row) {
+        JSAMPROW at = (JSAMPROW)PyByteArray_AS_STRING(pixels)
+                      + stride * (cinfo.output_scanline - first_row);
+        jpeg_read_scanlines(&cinfo, &at, 1);
+    }
+    /* The rows below the block are never decoded. */
+    jpeg_abort_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    PyBuffer_Release(&data);
+    return Py_BuildValue("(NIIII)", pixels, x, first_row, cinfo.output_width,
+                         row - first_row);
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS,
+     "decode(data, reduction, left, top, right, bottom, fast_idct) -> (pixels, x, y, width, "
+     "height): the region of the JPEG covering the box, at 1/reduction, as RGB rows."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jpeg_region",
+    "A JPEG's region decoded alone by libjpeg-turbo (trainer/data/jpeg_decode.py).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__jpeg_region(void) {
+    PyObject *created = PyModule_Create(&module);
+    if (created != NULL)
+        PyModule_AddIntConstant(created, "LIBJPEG_TURBO_VERSION", LIBJPEG_TURBO_VERSION_NUMBER);
+    return created;
+}

@@ -8,8 +8,10 @@ image (its random-resized crop and flip) and an evaluation image (its centre cro
 pipelines, each written into a row of a ``N x 3 x size x size`` batch as a worker does:
 
 - ``now``: ``images.train_image`` / ``images.eval_image`` of this checkout, with the decoder
-  ``jpeg_decode.decoder()`` names (simplejpeg where importable; ``--without-simplejpeg``: as
-  where it is not, ``--accurate-idct``: simplejpeg without the fast IDCT, each lever apart);
+  ``jpeg_decode.decoder()`` names (the region decoder where built, else simplejpeg where
+  importable; ``--whole-images``: as where the region decoder is not built,
+  ``--without-simplejpeg``: as where simplejpeg is not installed either, ``--accurate-idct``:
+  without the fast IDCT, each lever apart);
 - ``fa6bc49``: the pipeline as it was at fa6bc49 (``reference_train`` / ``reference_eval``
   below: Pillow's header, its reduced decode where the crop allows, else torchvision's
   full-size decode, the region copied into channels last, torch's resize, the flip a copy of
@@ -237,9 +239,13 @@ def main() -> None:
                         help="now as where simplejpeg is absent (the xrt image's decoders)")
     parser.add_argument("--accurate-idct", action="store_true",
                         help="simplejpeg with the accurate IDCT (jpeg_decode.FAST_DCT off)")
+    parser.add_argument("--whole-images", action="store_true",
+                        help="now without the region decoder (as where it is not built)")
     args = parser.parse_args()
     if args.without_simplejpeg:
         sys.modules["simplejpeg"] = None  # its import fails, as where it is not installed
+    if args.whole_images:  # as where trainer.data._jpeg_region is not built
+        sys.modules["trainer.data._jpeg_region"] = None
     jpeg_decode.FAST_DCT = not args.accurate_idct
     torch.set_num_threads(1)  # a data worker's pool
     with tempfile.TemporaryDirectory() as scratch:

@@ -22,8 +22,11 @@ printed):
   Pillow's RGBX pixels copied out into a tensor (what the torchvision path avoids; a decode
   and copy less the decode).
 
-Then what a cropped decode (libjpeg-turbo's ``jpeg_crop_scanline``/``jpeg_skip_scanlines``)
-could give at most on these crops: the entropy decoding of every row down to the crop's
+Where the region decoder is built (``trainer/data/_jpeg_region.c``, which the pipeline then
+takes), its stages on the pipeline's boxes: the box's rows and columns decoded, the box copied
+out of them (mirrored for a flip), and its resize; the rest of the pipeline is the header, the
+draws and Python's calls. Then what a cropped decode could give at most on these crops, by
+arithmetic from Pillow's stages: the entropy decoding of every row down to the crop's
 bottom stays, the rest of the decode scales with the crop's area (MCU-aligned). With
 simplejpeg importable (``PYTHONPATH``), its decode is timed too, also with ``fastdct`` and
 ``fastupsample``.
@@ -50,7 +53,7 @@ import numpy  # noqa: E402
 import torch  # noqa: E402
 
 from trainer.data import images, jpeg_decode  # noqa: E402
-from trainer.data.resample import tensor_crop_resized  # noqa: E402
+from trainer.data.resample import pixel_box, resized, tensor_crop_resized  # noqa: E402
 
 SIZE = 224
 MCU = 16  # a 4:2:0 JPEG's MCU: 16x16 px (the photographs here are 4:2:0)
@@ -157,6 +160,23 @@ def main() -> None:
         "copy in (bytes to tensor)": copy_in,
         "decode (Pillow, RGB) and copy out to a tensor": pillow_copy_out,
     }
+    module = jpeg_decode._region_module()
+    if module is not None:  # the region decoder's stages, on the pipeline's own boxes
+        regions = []
+        for index, tensor in enumerate(decoded):
+            box, flip = boxes[index]
+            # At full scale (the few crops large enough for a reduced decode included).
+            regions.append((tensor.shape[2], tensor.shape[1], 1,
+                            pixel_box(box, tensor.shape[2], tensor.shape[1]), flip))
+        blocks = [jpeg_decode.region(data, *regions[index])
+                  for index, data in enumerate(photos)]
+        stages["region: the box's rows and columns decoded"] = (
+            lambda data, index: module.decode(data, 1, *regions[index][3], jpeg_decode.FAST_DCT))
+        stages["region: decoded and the box copied out (mirrored)"] = (
+            lambda data, index: jpeg_decode.region(data, *regions[index]))
+        stages["region: the box resized"] = lambda data, index: resized(blocks[index], SIZE)
+    else:
+        print("the region decoder: not built here, not timed")
     try:
         import simplejpeg
 
@@ -194,30 +214,46 @@ def main() -> None:
     for name, value in split.items():
         print("  {:40s} {:6.3f} ({:.0%})".format(name, value,
                                                  value / mean["decode (Pillow, RGB)"]))
-    rest = mean["pipeline"] - mean["decode (torchvision, RGB)"] - mean["resize"]
-    print("the pipeline {:.3f} ms: decode {:.3f} ({:.0%}), resize {:.3f} ({:.0%}), the rest "
-          "{:.3f} (header parse, crop draw, copies)".format(
-              mean["pipeline"], mean["decode (torchvision, RGB)"],
-              mean["decode (torchvision, RGB)"] / mean["pipeline"], mean["resize"],
-              mean["resize"] / mean["pipeline"], rest))
+    if module is None:  # the pipeline decodes whole images
+        rest = mean["pipeline"] - mean["decode (torchvision, RGB)"] - mean["resize"]
+        print("the pipeline {:.3f} ms: decode {:.3f} ({:.0%}), resize {:.3f} ({:.0%}), the rest "
+              "{:.3f} (header parse, crop draw, copies)".format(
+                  mean["pipeline"], mean["decode (torchvision, RGB)"],
+                  mean["decode (torchvision, RGB)"] / mean["pipeline"], mean["resize"],
+                  mean["resize"] / mean["pipeline"], rest))
+    else:
+        region = mean["region: the box's rows and columns decoded"]
+        copied = mean["region: decoded and the box copied out (mirrored)"] - region
+        scaled = mean["region: the box resized"]
+        print("the pipeline with the region decoder ({}) {:.3f} ms: the box's decode {:.3f} "
+              "({:.0%}), its copy out {:.3f} ({:.0%}), the resize {:.3f} ({:.0%}), the rest "
+              "{:.3f} ({:.0%}: header, draws, checks, Python's calls)".format(
+                  jpeg_decode.decoder(), mean["pipeline"], region, region / mean["pipeline"],
+                  copied, copied / mean["pipeline"], scaled, scaled / mean["pipeline"],
+                  mean["pipeline"] - region - copied - scaled,
+                  1 - (region + copied + scaled) / mean["pipeline"]))
     crops = crop_fractions(photos)
-    entropy = split["entropy decoding (all coefficients)"]
-    after = mean["decode (Pillow, RGB)"] - header - entropy
-    # The share of the decode a cropped one keeps, from Pillow's stages, applied to the
-    # pipeline's own (torchvision's) decode.
-    kept = (header + entropy * crops["rows"] + after * crops["area"]) / mean[
-        "decode (Pillow, RGB)"]
-    bound = mean["pipeline"] - mean["decode (torchvision, RGB)"] * (1 - kept)
     print("crops: {:.0%} of the MCU rows down to the crop's bottom, {:.0%} of the MCUs touched, "
-          "{:.0%} decoded at a reduced scale; a cropped decode keeps at best {:.0%} of the "
-          "decode's time: the pipeline {:.3f} ms, {:.2f}x; without any decode at all {:.2f}x"
-          .format(crops["rows"], crops["area"], crops["reduced"], kept, bound,
-                  mean["pipeline"] / bound,
+          "{:.0%} decoded at a reduced scale".format(crops["rows"], crops["area"],
+                                                    crops["reduced"]))
+    if module is None:  # what a cropped decode could give, by arithmetic
+        entropy = split["entropy decoding (all coefficients)"]
+        after = mean["decode (Pillow, RGB)"] - header - entropy
+        # The share of the decode a cropped one keeps, from Pillow's stages, applied to the
+        # pipeline's own (torchvision's) decode.
+        kept = (header + entropy * crops["rows"] + after * crops["area"]) / mean[
+            "decode (Pillow, RGB)"]
+        bound = mean["pipeline"] - mean["decode (torchvision, RGB)"] * (1 - kept)
+        print("a cropped decode keeps at best {:.0%} of the decode's time: the pipeline {:.3f} "
+              "ms, {:.2f}x; without any decode at all {:.2f}x".format(
+                  kept, bound, mean["pipeline"] / bound,
                   mean["pipeline"] / (mean["pipeline"] - mean["decode (torchvision, RGB)"])))
+    # Each decoder in place of the full-size decode of a pipeline that decodes whole images.
     for name in [name for name in mean if name.startswith("decode (simplejpeg")]:
-        print("{}: the pipeline at best {:.2f}x{}".format(
-            name, mean["pipeline"] / (mean["pipeline"] - mean["decode (torchvision, RGB)"]
-                                      + mean[name]), pixel_difference(name, photos, decoded)))
+        if module is None:
+            print("{}: the pipeline at best {:.2f}x{}".format(
+                name, mean["pipeline"] / (mean["pipeline"] - mean["decode (torchvision, RGB)"]
+                                          + mean[name]), pixel_difference(name, photos, decoded)))
 
 
 def pixel_difference(name: str, photos: List[bytes], decoded: List[torch.Tensor]) -> str:

@@ -62,6 +62,7 @@ def main(argv=None) -> None:
                         help="copy the libjpeg.so.62 it links against next to the module")
     args = parser.parse_args(argv)
     include = sysconfig.get_paths()["include"]
+    cc = compiler()
     if not any(os.path.exists(os.path.join(directory, "jpeglib.h"))
                for directory in ["/usr/include", "/usr/local/include"]):
         fail("no jpeglib.h", "apt-get install {}".format(PACKAGES), 69)
@@ -70,7 +71,7 @@ def main(argv=None) -> None:
     # Every build of another Python's suffix stays (the dev tree may hold several); this one's
     # is replaced whole, never half-written (the compiler writes a temporary file first).
     partial = module + ".partial"
-    command = compiler() + [
+    command = cc + [
         "-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I" + include, args.source,
         "-o", partial, "-ljpeg", "-Wl,-rpath,$ORIGIN"]
     if subprocess.run(command).returncode != 0:

@@ -177,6 +177,31 @@ def test_the_installed_debian_packages_and_the_distribution(tmp_path):
     assert read_dpkg_status(str(tmp_path / "none")) is None
 
 
+def test_a_bundled_debian_package_is_listed_as_bundled(tmp_path):
+    # The pjrt image's libjpeg-turbo: copied next to the region decoder by a build stage, not
+    # installed in the image, so not in its dpkg status.
+    lock = write_lock(tmp_path / "x.lock")
+    status, release = os_files(tmp_path)
+    bundled = tmp_path / "bundled"
+    bundled.write_text("Package: libjpeg62-turbo\nStatus: install ok installed\n"
+                       "Architecture: amd64\nVersion: 1:2.1.5-2\n")
+    result = subprocess.run([sys.executable, str(REPO / "imagebuild" / "sbom.py"), str(lock),
+                             "pjrt", "--dpkg-status", str(status), "--os-release", str(release),
+                             "--bundled-dpkg-status", str(bundled)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    found = {c["name"]: (c["purl"], c["properties"])
+             for c in json.loads(result.stdout)["components"] if c.get("purl", "").startswith(
+                 "pkg:deb/")}
+    assert found["libjpeg62-turbo"] == (
+        "pkg:deb/debian/libjpeg62-turbo@1:2.1.5-2?arch=amd64&distro=debian-12",
+        [{"name": "tpu-xla:source", "value": "bundled"}])
+    assert found["libc6"][1] == [{"name": "tpu-xla:source", "value": "os"}]
+    # The distribution is listed once, from the image's own os-release.
+    assert [c["name"] for c in json.loads(result.stdout)["components"]
+            if c["type"] == "operating-system"] == ["debian"]
+
+
 @pytest.mark.parametrize("reference, name, version, digest, expected_purl", [
     ("gcr.io/tpu-pytorch/xla:r1.11_3.7", "gcr.io/tpu-pytorch/xla", "r1.11_3.7", None,
      "pkg:docker/tpu-pytorch/xla@r1.11_3.7?repository_url=gcr.io"),

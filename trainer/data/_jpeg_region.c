@@ -5,14 +5,17 @@
  * photograph's iMCUs (docs/benchmarks.md, "Decode profile").
  *
  * decode(data, reduction, left, top, right, bottom, fast_idct)
- *     -> (pixels: bytearray, x, y, width, height)
+ *     -> (pixels: bytearray, x, width)
  *
- * decodes the JPEG in `data` at 1/`reduction` (1, 2, 4 or 8) of its size each way, as RGB,
- * and returns a width x height x 3 uint8 block (rows of width * 3 bytes) whose top-left pixel
- * is (x, y) of the scaled image. The block covers the pixel box [left, right) x [top, bottom)
- * of the scaled image with a margin where the image has one (below, in decode()): the chroma
- * upsampling of the box's edge pixels then sees the neighbours a full decode gives it, so
- * every pixel of the box is the full decode's (tests/trainer/data/test_jpeg_decode.py).
+ * decodes the rows [top, bottom) of the JPEG in `data` at 1/`reduction` (1, 2, 4 or 8) of its
+ * size each way, as RGB, from column `x` for `width` columns: a block that covers the pixel
+ * box [left, right) x [top, bottom) of the scaled image, (bottom - top) rows of width * 3
+ * bytes, its columns reaching past the box's edges where the image has more (decode()), so
+ * that the chroma upsampling of the box's edge pixels sees what a full decode gives it: every
+ * pixel of the box is the full decode's at the same scale and IDCT (libjpeg-turbo's fast one
+ * if `fast_idct`; tests/trainer/data/test_jpeg_decode.py). libjpeg-turbo writes the rows
+ * straight into the block; the caller's copy of the box out of it is also its mirror (a
+ * copy into exact box rows here cost more than torch's copy of the box: 0.08 ms an image).
  *
  * Strict: whatever libjpeg-turbo warns of (corrupt data, a premature end) raises ValueError
  * with its message, as a cut file would otherwise decode to grey rows. Errors in the
@@ -45,6 +48,12 @@ static void on_message(j_common_ptr cinfo, int level) {
         on_error(cinfo);
 }
 
+/* The columns decoded to the right of the box, in chroma samples (max_h_samp_factor pixels
+ * each): one is what the box's last pixels need (none gives other pixels in 11 % of the boxes
+ * of tests/trainer/data/test_jpeg_decode.py's encodings, one and two give none); two, for a
+ * sampling the tests do not cover, at the cost of a few pixels' decode. */
+#define RIGHT_MARGIN 2
+
 static int clamp(int value, int low, int high) {
     return value < low ? low : (value > high ? high : value);
 }
@@ -56,7 +65,6 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     struct failure failure;
     PyObject *volatile pixels = NULL;
     JDIMENSION x, width, first_row, row;
-    int imcu_width;
     size_t stride;
 
     (void)self;
@@ -95,22 +103,23 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                  left, top, right, bottom, cinfo.output_width, cinfo.output_height);
         longjmp(failure.escape, 1);
     }
-    /* A margin each way, so that the upsampling of the box's edge pixels finds the chroma
-     * samples beyond them as in a full decode: one pixel to the left and above (libjpeg-turbo
-     * widens the left edge to an iMCU boundary by itself) and one whole iMCU to the right
-     * (the cropped width sets where the upsampler takes the last chroma sample as the edge,
-     * so one pixel more is not enough) and one row below. */
-    imcu_width = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
+    /* The columns decoded: a margin each way, so that the chroma upsampling of the box's
+     * edge pixels finds the samples beyond them as in a full decode. To the left one pixel
+     * (libjpeg-turbo widens the left edge down to an iMCU boundary by itself); to the right
+     * RIGHT_MARGIN chroma samples, since the cropped width sets where the upsampler takes the
+     * last chroma sample as the image's edge. Rows need none: libjpeg-turbo's skip keeps the
+     * upsampler's context rows, so the first row read is the full decode's. */
     x = (JDIMENSION)clamp(left - 1, 0, (int)cinfo.output_width);
-    width = (JDIMENSION)clamp(right + imcu_width, 0, (int)cinfo.output_width) - x;
-    first_row = (JDIMENSION)clamp(top - 1, 0, (int)cinfo.output_height);
+    width = (JDIMENSION)clamp(right + RIGHT_MARGIN * cinfo.max_h_samp_factor, 0,
+                              (int)cinfo.output_width) - x;
+    first_row = (JDIMENSION)top;
     jpeg_crop_scanline(&cinfo, &x, &width);
     if (first_row > 0 && jpeg_skip_scanlines(&cinfo, first_row) != first_row) {
         snprintf(failure.message, sizeof failure.message, "cannot skip to row %u", first_row);
         longjmp(failure.escape, 1);
     }
     stride = (size_t)cinfo.output_width * 3;
-    row = (JDIMENSION)clamp(bottom + 1, 0, (int)cinfo.output_height);
+    row = (JDIMENSION)bottom;
     pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(stride * (row - first_row)));
     if (pixels == NULL)
         longjmp(failure.escape, 1);
@@ -119,18 +128,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                       + stride * (cinfo.output_scanline - first_row);
         jpeg_read_scanlines(&cinfo, &at, 1);
     }
-    /* The rows below the block are never decoded. */
+    /* The rows below the box are never decoded. */
     jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
     PyBuffer_Release(&data);
-    return Py_BuildValue("(NIIII)", pixels, x, first_row, cinfo.output_width,
-                         row - first_row);
+    return Py_BuildValue("(NII)", pixels, x, cinfo.output_width);
 }
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(data, reduction, left, top, right, bottom, fast_idct) -> (pixels, x, y, width, "
-     "height): the region of the JPEG covering the box, at 1/reduction, as RGB rows."},
+     "decode(data, reduction, left, top, right, bottom, fast_idct) -> (pixels, x, width): the "
+     "box's rows of the JPEG at 1/reduction, as RGB, from column x."},
     {NULL, NULL, 0, NULL},
 };
 

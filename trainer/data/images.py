@@ -31,7 +31,7 @@ from trainer.data.resample import (
     Box,
     crop_resized,
     pixel_box,
-    rows_resized,
+    resized,
     tensor_crop_resized,
     torch_resamples_uint8,
 )
@@ -189,12 +189,12 @@ def _crop_resized(data: bytes, width: int, height: int, image, box: Box, size: i
         left, top, right, bottom = pixel_box((box[0] * sx, box[1] * sy, box[2] * sx,
                                               box[3] * sy), scaled_width, scaled_height)
         try:
-            rows, x, y = jpeg_decode.region(data, width, height, divisor,
-                                            (left, top, right, bottom))
+            block = jpeg_decode.region(data, width, height, divisor, (left, top, right, bottom),
+                                       flip)
         except OSError:  # what libjpeg-turbo refuses strictly Pillow may still read
             pass
         else:
-            return rows_resized(rows, (left - x, top - y, right - x, bottom - y), size, flip)
+            return resized(block, size)
         image = open_image(data)
     image.draft("RGB", draft_size(width, height, box, size))
     if image.size == (width, height) and _decodes_to_tensor(image):

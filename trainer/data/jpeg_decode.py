@@ -26,6 +26,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from trainer.data.resample import box_rows
+
 # libjpeg-turbo's fast integer IDCT (JDCT_IFAST, TensorFlow's default for decode_jpeg) instead
 # of the accurate one: about 10 % of the decode, at most a few levels on a pixel and under one
 # on average before the resize averages further (tests/trainer/data/test_images.py's bound).
@@ -68,11 +70,10 @@ def _region_module():
     try:
         from trainer.data import _jpeg_region
 
-        pixels, x, y, width, height = _jpeg_region.decode(_probe(), 1, 4, 4, 8, 8, FAST_DCT)
+        pixels, x, width = _jpeg_region.decode(_probe(), 1, 4, 4, 8, 7, FAST_DCT)
     except (ImportError, OSError, ValueError):
         return None
-    covers = x <= 4 and y <= 4 and x + width >= 8 and y + height >= 8
-    return _jpeg_region if covers and len(pixels) == width * height * 3 else None
+    return _jpeg_region if x <= 4 and x + width >= 8 and len(pixels) == 3 * width * 3 else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,27 +123,26 @@ def scaled(data: bytes, width: int, height: int, reduction: int) -> torch.Tensor
     return torch.from_numpy(pixels).permute(2, 0, 1)
 
 
-def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int, int, int, int]
-           ) -> Tuple[torch.Tensor, int, int]:
+def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int, int, int, int],
+           mirror: bool) -> torch.Tensor:
     """The pixel box ``box`` (left, top, right, bottom) of the JPEG in ``data`` (``header``:
     ``width x height``) decoded at 1/``reduction`` (1, 2, 4 or 8; the box in that scale's
-    pixels, inside the image): ``(pixels, x, y)``, ``pixels`` a uint8 RGB block ``H x W x 3``
-    that covers the box, its top-left pixel ``(x, y)`` of the scaled image. Its pixels are
-    those of ``scaled`` (the same libjpeg-turbo decode: 0 levels apart, test_jpeg_decode).
-    Where ``_jpeg_region`` is not built, the whole scaled image (``x = y = 0``). OSError if it
-    is not a whole JPEG."""
+    pixels, inside the image), mirrored left to right if ``mirror``: a contiguous uint8 RGB
+    ``h x w x 3`` tensor, the pixels of ``scaled`` (the same libjpeg-turbo decode: 0 levels
+    apart, test_jpeg_decode). Where ``_jpeg_region`` is not built, cut out of ``scaled``'s
+    whole image. OSError if it is not a whole JPEG."""
     module = _region_module()
-    # A file cut short, or damaged, below the region would decode without a word: a file
-    # that does not end at its End Of Image marker is decoded whole, strictly (trailing
-    # bytes after the marker, which some cameras write, take that path too and decode).
+    # A file cut short, or damaged, below the box would decode without a word: a file that
+    # does not end at its End Of Image marker is decoded whole, strictly (bytes after the
+    # marker, which some cameras write, take that path too and decode).
     if module is None or not data.endswith(b"\xff\xd9"):
-        return scaled(data, width, height, reduction).permute(1, 2, 0), 0, 0
+        return box_rows(scaled(data, width, height, reduction).permute(1, 2, 0), box, mirror)
     try:
-        pixels, x, y, block_width, block_height = module.decode(data, reduction, *box, FAST_DCT)
+        pixels, x, width = module.decode(data, reduction, *box, FAST_DCT)
     except ValueError as error:
         raise OSError("cannot decode the JPEG: {}".format(error))
-    block = torch.frombuffer(pixels, dtype=torch.uint8)
-    return block.view(block_height, block_width, 3), x, y
+    rows = torch.frombuffer(pixels, dtype=torch.uint8).view(box[3] - box[1], width, 3)
+    return box_rows(rows, (box[0] - x, 0, box[2] - x, box[3] - box[1]), mirror)
 
 
 @functools.lru_cache(maxsize=None)

@@ -62,15 +62,14 @@ def by_torch(image, box: Box, size: int, flip: bool) -> torch.Tensor:
 
 def tensor_crop_resized(pixels: torch.Tensor, box: Box, size: int, flip: bool) -> torch.Tensor:
     """``crop_resized`` of a uint8 ``3 x H x W`` tensor, by torch's kernel."""
-    return rows_resized(pixels.permute(1, 2, 0), pixel_box(box, pixels.shape[2], pixels.shape[1]),
-                        size, flip)
+    region = pixel_box(box, pixels.shape[2], pixels.shape[1])
+    return resized(box_rows(pixels.permute(1, 2, 0), region, flip), size)
 
 
-def rows_resized(rows: torch.Tensor, region: Tuple[int, int, int, int], size: int, flip: bool
-                 ) -> torch.Tensor:
-    """The pixel box ``region`` (left, top, right, bottom) of a uint8 ``H x W x 3`` tensor
-    resized to ``size x size`` (mirrored if ``flip``) by torch's kernel: ``3 x size x size``,
-    the pixels ``crop_resized`` gives."""
+def box_rows(rows: torch.Tensor, region: Tuple[int, int, int, int], flip: bool) -> torch.Tensor:
+    """The pixel box ``region`` (left, top, right, bottom) of a uint8 ``H x W x 3`` tensor,
+    copied out (mirrored if ``flip``): a contiguous ``h x w x 3`` tensor, what ``resized``
+    takes."""
     left, top, right, bottom = region
     # The region copied out once, into channels last (the layout the vectorized kernel
     # takes), copied as height x width x 3 rows: torch copies those at memory speed, a
@@ -78,7 +77,12 @@ def rows_resized(rows: torch.Tensor, region: Tuple[int, int, int, int], size: in
     # symmetric, so mirroring the region before the resize gives the same pixels as after it
     # (test_resample): that copy is also the mirror, and the output is not copied again.
     block = rows[top:bottom, left:right]
-    block = block.flip(1) if flip else block.contiguous()
+    return block.flip(1) if flip else block.contiguous()
+
+
+def resized(block: torch.Tensor, size: int) -> torch.Tensor:
+    """A contiguous uint8 ``h x w x 3`` tensor resized to ``3 x size x size`` by torch's
+    antialiased bilinear kernel (channels last in memory)."""
     return _resized(block.unsqueeze(0).permute(0, 3, 1, 2), size)[0]
 
 

@@ -103,11 +103,13 @@ def encoded(name: str) -> bytes:
 
 @pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
 @given(st.sampled_from(sorted(ENCODINGS)), st.sampled_from([1, 2, 4, 8]), st.booleans(),
-       st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
-@example("4:2:0", 1, True, 16 / 301, 16 / 203, 32 / 301, 32 / 203)  # edges on iMCU bounds
-@example("4:2:0", 1, True, 0, 0, 1, 1)  # the whole image
-@example("4:2:2", 2, False, 1, 1, 1, 1)  # the last pixel alone
-def test_a_regions_pixels_are_exactly_the_full_decodes(name, divisor, fast, x0, y0, x1, y1):
+       st.booleans(), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+@example("4:2:0", 1, True, False, 16 / 301, 16 / 203, 31 / 301, 31 / 203)  # on iMCU bounds
+@example("4:2:0", 1, True, True, 0, 0, 1, 1)  # the whole image
+@example("4:2:2", 2, False, False, 1, 1, 1, 1)  # the last pixel alone
+@example("4:2:0", 1, False, False, 0, 0, 0, 1)  # a column a pixel wide: its chroma's neighbour
+def test_a_boxs_pixels_are_exactly_the_full_decodes(name, divisor, fast, mirror, x0, y0, x1,
+                                                    y1):
     data = encoded(name)
     width, height = -(-301 // divisor), -(-203 // divisor)
     xs = sorted(min(int(f * width), width - 1) for f in (x0, x1))
@@ -117,23 +119,16 @@ def test_a_regions_pixels_are_exactly_the_full_decodes(name, divisor, fast, x0, 
     jpeg_decode.FAST_DCT = fast
     try:
         full = jpeg_decode.scaled(data, 301, 203, divisor).permute(1, 2, 0)
-        rows, x, y = jpeg_decode.region(data, 301, 203, divisor, box)
+        block = jpeg_decode.region(data, 301, 203, divisor, box, mirror)
     finally:
         jpeg_decode.FAST_DCT = old
-    assert x <= box[0] and y <= box[1]
-    assert x + rows.shape[1] >= box[2] and y + rows.shape[0] >= box[3]
-    assert torch.equal(rows[box[1] - y:box[3] - y, box[0] - x:box[2] - x],
-                       full[box[1]:box[3], box[0]:box[2]])
+    expected = full[box[1]:box[3], box[0]:box[2]]
+    assert block.is_contiguous()
+    assert torch.equal(block, expected.flip(1) if mirror else expected)
 
 
 @pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
-def test_the_region_decoder_decodes_less_than_the_whole_image():
-    rows, x, y = jpeg_decode.region(encoded("4:2:0"), 301, 203, 1, (100, 100, 140, 120))
-    assert rows.shape[0] * rows.shape[1] < 301 * 203 / 4 and rows.shape[2] == 3
-
-
-@pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
-def test_a_region_outside_the_image_or_a_wrong_scale_is_a_value_error():
+def test_a_box_outside_the_image_or_a_wrong_scale_is_a_value_error():
     module = jpeg_decode._region_module()
     with pytest.raises(ValueError, match=r"the box \(0, 0, 302, 10\) is not inside the "
                                          r"301x203 image"):
@@ -142,25 +137,25 @@ def test_a_region_outside_the_image_or_a_wrong_scale_is_a_value_error():
         module.decode(encoded("4:2:0"), 3, 0, 0, 10, 10, True)
 
 
-def test_a_jpeg_cut_short_is_an_os_error_whichever_region_is_asked():
-    # Cut below the region, the file no longer ends at its End Of Image marker: decoded
-    # whole, strictly. Cut and given a marker again, the region above the cut decodes (its
-    # rows are whole) and a region across the cut is an error, never grey rows.
+def test_a_jpeg_cut_short_is_an_os_error_whichever_box_is_asked():
+    # Cut below the box, the file no longer ends at its End Of Image marker: decoded whole,
+    # strictly. Cut and given a marker again, the box above the cut decodes (its rows are
+    # whole) and a box across the cut is an error, never grey rows.
     data = encoded("4:2:0")
     with pytest.raises(OSError, match="cannot decode the JPEG"):
-        jpeg_decode.region(data[:len(data) // 2], 301, 203, 1, (0, 0, 10, 10))
+        jpeg_decode.region(data[:len(data) // 2], 301, 203, 1, (0, 0, 10, 10), False)
     if jpeg_decode.decoder() == "region":
         remarked = data[:len(data) // 2] + b"\xff\xd9"
-        jpeg_decode.region(remarked, 301, 203, 1, (0, 0, 10, 10))
+        jpeg_decode.region(remarked, 301, 203, 1, (0, 0, 10, 10), False)
         with pytest.raises(OSError, match="cannot decode the JPEG"):
-            jpeg_decode.region(remarked, 301, 203, 1, (0, 190, 10, 203))
+            jpeg_decode.region(remarked, 301, 203, 1, (0, 190, 10, 203), False)
 
 
 def test_bytes_after_the_end_of_image_decode_to_the_same_pixels():
     data = encoded("4:2:0")
-    rows, x, y = jpeg_decode.region(data + b"\0" * 7, 301, 203, 1, (5, 6, 50, 60))
-    expected = jpeg_decode.scaled(data, 301, 203, 1).permute(1, 2, 0)
-    assert (x, y) == (0, 0) and torch.equal(rows, expected)
+    block = jpeg_decode.region(data + b"\0" * 7, 301, 203, 1, (5, 6, 50, 60), True)
+    expected = jpeg_decode.scaled(data, 301, 203, 1).permute(1, 2, 0)[6:60, 5:50].flip(1)
+    assert torch.equal(block, expected)
 
 
 def test_images_are_the_same_with_or_without_the_region_decoder(monkeypatch):

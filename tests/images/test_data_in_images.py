@@ -27,9 +27,24 @@ print("%d.%d" % sys.version_info[:2], tuple(x.shape), x.dtype, len(labels), len(
       torch_resamples_uint8(), bool(x.equal(x0) and y.equal(y0)), source.stream.copied)
 """
 FAST_PATHS = """
+import io, random
+import numpy, torch
+from PIL import Image
 from trainer.data import jpeg_decode, resample
 print(resample.torch_resamples_uint8(), jpeg_decode.available())
 print(jpeg_decode.described())
+# The module this image's build stage compiled gives a full decode's pixels, box by box.
+noise = numpy.random.RandomState(0).randint(0, 256, (203, 301, 3), dtype=numpy.uint8)
+buffer = io.BytesIO()
+Image.fromarray(noise).save(buffer, "JPEG", quality=85)
+data, rng, exact = buffer.getvalue(), random.Random(0), 0
+full = jpeg_decode.scaled(data, 301, 203, 1).permute(1, 2, 0)
+for _ in range(200):
+    left, top = rng.randrange(301), rng.randrange(203)
+    box = (left, top, rng.randint(left + 1, 301), rng.randint(top + 1, 203))
+    block = jpeg_decode.region(data, 301, 203, 1, box, False)
+    exact += torch.equal(block, full[box[1]:box[3], box[0]:box[2]])
+print(exact, "of 200 boxes exact")
 """
 
 
@@ -57,7 +72,8 @@ def test_the_pjrt_image_decodes_and_resizes_on_the_fast_paths(images):
                            network="none")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "True True", "JPEGs decoded by libjpeg-turbo 2.1.5, the crop's region only (fast IDCT)"]
+        "True True", "JPEGs decoded by libjpeg-turbo 2.1.5, the crop's region only (fast IDCT)",
+        "200 of 200 boxes exact"]
 
 
 def test_imagenet_trains_from_shards_on_two_devices_in_bf16_in_the_pjrt_image(

@@ -157,8 +157,8 @@ tensorboard:
 ## backend capped at NUMERIC_ISA_CAP, which rounds differently from this CPU's widest vectors
 ## (AVX2 or AVX-512): a tolerance that only held on one machine fails here, not on a user's.
 NUMERIC_ISA_CAP ?= SSE4_2
-# The launcher, trainer and SPMD tiers on TEST_WORKERS pytest-xdist workers: most of their
-# time is one core busy (a process importing torch_xla or TensorFlow, an XLA compile, a test
+# The launcher, trainer, SPMD and numeric tiers on TEST_WORKERS pytest-xdist workers: most of
+# their time is one core busy (a process importing torch_xla or TensorFlow, an XLA compile, a test
 # waiting for a hung request or a signal), so two workers keep both cores of a 2-core machine
 # busy. Trainer and SPMD tiers: worksteal hands each worker a run of consecutive tests, so a
 # module's fixtures are mostly made once. The modules that write the checkout's build/ and
@@ -173,8 +173,8 @@ test: lint
 	$(PY) -m pytest tests/launcher -m tensorflow
 	$(PY) -m pytest tests/trainer -m "not spmd" -n $(TEST_WORKERS) --dist worksteal
 	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd -n $(TEST_WORKERS) --dist worksteal
-	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and not spmd"
-	CPU_NUM_DEVICES=4 XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and spmd"
+	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and not spmd" -n $(TEST_WORKERS) --dist worksteal
+	CPU_NUM_DEVICES=4 XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and spmd" -n $(TEST_WORKERS) --dist worksteal
 	$(MAKE) --no-print-directory test-images
 
 ## fuzz: explore: every property test with random seeds and FUZZ_SCALE (30) times its

@@ -156,6 +156,8 @@ tensorboard:
 ## in a process once on), then the trainer's numeric tests again with the XLA CPU
 ## backend capped at NUMERIC_ISA_CAP, which rounds differently from this CPU's widest vectors
 ## (AVX2 or AVX-512): a tolerance that only held on one machine fails here, not on a user's.
+## Likewise the decode's pixel bounds once more with libjpeg-turbo's plain C paths
+## (JSIMD_FORCENONE: no SIMD, whose fast IDCT is another code than this CPU's AVX2 one).
 NUMERIC_ISA_CAP ?= SSE4_2
 # The launcher, trainer, SPMD and numeric tiers on TEST_WORKERS pytest-xdist workers: most of
 # their time is one core busy (a process importing torch_xla or TensorFlow, an XLA compile, a test
@@ -175,6 +177,7 @@ test: lint
 	CPU_NUM_DEVICES=4 $(PY) -m pytest tests/trainer -m spmd -n $(TEST_WORKERS) --dist worksteal
 	XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and not spmd" -n $(TEST_WORKERS) --dist worksteal
 	CPU_NUM_DEVICES=4 XLA_FLAGS=--xla_cpu_max_isa=$(NUMERIC_ISA_CAP) $(PY) -m pytest tests/trainer -m "numeric and spmd" -n $(TEST_WORKERS) --dist worksteal
+	JSIMD_FORCENONE=1 $(PY) -m pytest tests/trainer/data/test_jpeg_decode.py tests/trainer/data/test_images.py
 	$(MAKE) --no-print-directory test-images
 
 ## fuzz: explore: every property test with random seeds and FUZZ_SCALE (30) times its

@@ -64,8 +64,12 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     struct jpeg_decompress_struct cinfo;
     struct failure failure;
     PyObject *volatile pixels = NULL;
+    /* Python's thread state while the GIL is released for libjpeg-turbo's work (NULL while
+     * this holds the GIL): other threads run during a decode, as with simplejpeg's. */
+    PyThreadState *volatile released = NULL;
     JDIMENSION x, width, first_row, row;
     size_t stride;
+    char *rows;
 
     (void)self;
     if (!PyArg_ParseTuple(args, "y*iiiiip", &data, &reduction, &left, &top, &right, &bottom,
@@ -81,6 +85,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     failure.manager.emit_message = on_message;
     jpeg_create_decompress(&cinfo);
     if (setjmp(failure.escape)) {
+        if (released != NULL)
+            PyEval_RestoreThread(released);
         jpeg_destroy_decompress(&cinfo);
         Py_XDECREF(pixels);
         PyBuffer_Release(&data);
@@ -88,6 +94,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, failure.message);
         return NULL;
     }
+    /* `data` stays valid without the GIL: this holds its buffer until the end. */
+    released = PyEval_SaveThread();
     jpeg_mem_src(&cinfo, (const unsigned char *)data.buf, (unsigned long)data.len);
     jpeg_read_header(&cinfo, TRUE);
     cinfo.out_color_space = JCS_RGB;
@@ -120,17 +128,22 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     }
     stride = (size_t)cinfo.output_width * 3;
     row = (JDIMENSION)bottom;
+    PyEval_RestoreThread(released);
+    released = NULL;
     pixels = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(stride * (row - first_row)));
     if (pixels == NULL)
         longjmp(failure.escape, 1);
+    /* No other thread sees `pixels` before it is returned. */
+    rows = PyByteArray_AS_STRING(pixels);
+    released = PyEval_SaveThread();
     while (cinfo.output_scanline < row) {
-        JSAMPROW at = (JSAMPROW)PyByteArray_AS_STRING(pixels)
-                      + stride * (cinfo.output_scanline - first_row);
+        JSAMPROW at = (JSAMPROW)(rows + stride * (cinfo.output_scanline - first_row));
         jpeg_read_scanlines(&cinfo, &at, 1);
     }
     /* The rows below the box are never decoded. */
     jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
+    PyEval_RestoreThread(released);
     PyBuffer_Release(&data);
     return Py_BuildValue("(NII)", pixels, x, cinfo.output_width);
 }

@@ -99,7 +99,8 @@ $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 JPEG_REGION_STAMP := $(VENV)/.jpeg-region
 $(JPEG_REGION_STAMP): trainer/data/_jpeg_region.c imagebuild/jpeg_region.py $(STAMP)
 	$(PY) imagebuild/jpeg_region.py trainer/data/_jpeg_region.c trainer/data \
-		|| echo "make: the region JPEG decoder is not built (the line above); simplejpeg decodes"
+		|| echo "make: the region JPEG decoder is not built (the line above): simplejpeg decodes" \
+			"whole images; once the packages are in, rm $@ && make venv builds it"
 	touch $@
 VENV_READY := $(STAMP) $(JPEG_REGION_STAMP)
 

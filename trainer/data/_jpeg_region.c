@@ -1,6 +1,6 @@
 /* One region of a JPEG decoded alone, by libjpeg-turbo's jpeg_crop_scanline and
- * jpeg_skip_scanlines: the rows above the region are entropy-decoded only (no IDCT, no
- * upsampling, no colour conversion), the rows below it not at all, and only the iMCU columns
+ * jpeg_skip_scanlines: the iMCU rows above the region are entropy-decoded only (no IDCT, no
+ * upsampling, no colour conversion), those below it not at all, and only the iMCU columns
  * the region touches are transformed. A random-resized training crop touches about half a
  * photograph's iMCUs (docs/benchmarks.md, "Decode profile").
  *
@@ -140,12 +140,13 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         JSAMPROW at = (JSAMPROW)(rows + stride * (cinfo.output_scanline - first_row));
         jpeg_read_scanlines(&cinfo, &at, 1);
     }
-    /* The rows below the box are never decoded. */
+    /* The iMCU rows below the box's are never decoded. */
+    width = cinfo.output_width;
     jpeg_abort_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
     PyEval_RestoreThread(released);
     PyBuffer_Release(&data);
-    return Py_BuildValue("(NII)", pixels, x, cinfo.output_width);
+    return Py_BuildValue("(NII)", pixels, x, width);
 }
 
 static PyMethodDef methods[] = {

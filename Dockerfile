@@ -10,13 +10,15 @@ ARG BASE_IMAGE=gcr.io/tpu-pytorch/xla:r1.11_3.7
 ARG RUNTIME=xrt
 
 # The data workers' cropped JPEG decoder (trainer/data/_jpeg_region.c; docs/benchmarks.md),
-# built for the base's own Python against Debian's libjpeg-turbo, the version pinned here;
-# the library is copied next to the module (imagebuild/jpeg_region.py --bundle), so the final
-# stage installs no Debian package. The compiler and headers stay in this stage. The pjrt
-# profile only: the xrt image (Python 3.7) keeps its decoders (trainer/data/jpeg_decode.py).
-# Both profiles come from trusted registries (.hadolint.yaml); hadolint cannot see through
-# the ARG, and tests/delivery checks the defaults. The compiler and libc headers are the
-# release's current ones (their output is the module, not what ships).
+# built for the base's own Python against the libjpeg-turbo of the base's Debian release; the
+# library is copied next to the module (imagebuild/jpeg_region.py --bundle), so the final
+# stage installs no Debian package, and the SBOM names the version copied. The packages are
+# not pinned to a version: Debian drops superseded ones from its mirror, and an exact pin
+# would stop the build at the first security update (the compiler and headers only build;
+# they stay in this stage). The pjrt profile only: the xrt image (Python 3.7) keeps its
+# decoders (trainer/data/jpeg_decode.py).
+# Every FROM names a trusted registry's base (.hadolint.yaml); hadolint cannot see through
+# the ARG, and tests/delivery checks the defaults.
 # hadolint ignore=DL3026
 FROM ${BASE_IMAGE} AS native-pjrt
 # hadolint ignore=DL3008
@@ -25,7 +27,7 @@ RUN --mount=type=bind,source=trainer/data/_jpeg_region.c,target=/tmp/native/_jpe
     set -e; \
     apt-get update -qq; \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        gcc libc6-dev libjpeg62-turbo-dev=1:2.1.5-2 >/dev/null; \
+        gcc libc6-dev libjpeg62-turbo-dev >/dev/null; \
     python /tmp/native/jpeg_region.py /tmp/native/_jpeg_region.c /jpeg-region --bundle; \
     mkdir /jpeg-region-sbom; \
     dpkg-query -s libjpeg62-turbo > /jpeg-region-sbom/status; \

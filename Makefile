@@ -93,15 +93,16 @@ $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 	$(call venv_phase,ready)
 
 # The data workers' cropped JPEG decoder (trainer/data/_jpeg_region.c), built for the venv's
-# Python by the same script as in the pjrt image (imagebuild/jpeg_region.py). Without a C
-# compiler or libjpeg-turbo's headers it is not built: one line says so, and simplejpeg
-# decodes whole images (the trainer's start-up line names the decoder).
+# Python by the same script as in the pjrt image (imagebuild/jpeg_region.py; warnings are
+# errors here). Without a C compiler or libjpeg-turbo's headers it is not built: one line
+# says so (the compiler's output in $(VENV)/jpeg-region.log), simplejpeg decodes whole images
+# (the trainer's start-up line names the decoder), and the next make tries again.
 JPEG_REGION_STAMP := $(VENV)/.jpeg-region
 $(JPEG_REGION_STAMP): trainer/data/_jpeg_region.c imagebuild/jpeg_region.py $(STAMP)
-	$(PY) imagebuild/jpeg_region.py trainer/data/_jpeg_region.c trainer/data \
-		|| echo "make: the region JPEG decoder is not built (the line above): simplejpeg decodes" \
-			"whole images; once the packages are in, rm $@ && make venv builds it"
-	touch $@
+	@if $(PY) imagebuild/jpeg_region.py trainer/data/_jpeg_region.c trainer/data --strict \
+		> $(VENV)/jpeg-region.log 2>&1; then tail -1 $(VENV)/jpeg-region.log && touch $@; \
+	else echo "make: the region JPEG decoder is not built, simplejpeg decodes whole images:" \
+		"$$(tail -1 $(VENV)/jpeg-region.log)"; fi
 VENV_READY := $(STAMP) $(JPEG_REGION_STAMP)
 
 ## venv: create .venv from the pinned lock (make run and make test do it when needed).

@@ -1,13 +1,14 @@
-"""``python jpeg_region.py SOURCE OUT_DIR [--bundle]``: builds the data workers' cropped JPEG
-decoder (``trainer/data/_jpeg_region.c``) for this interpreter, into ``OUT_DIR``.
+"""``python jpeg_region.py SOURCE OUT_DIR [--bundle] [--strict]``: builds the data workers'
+cropped JPEG decoder (``trainer/data/_jpeg_region.c``) for this interpreter, into ``OUT_DIR``.
 
 One build path for both places that build it: the pjrt image's build stage (the Dockerfile,
-``--bundle``) and the dev environment (``make venv``). It compiles with the compiler and flags
-this Python was built with (``sysconfig``) against the system's libjpeg-turbo
-(``libjpeg62-turbo-dev``: its ``jpeglib.h`` and ``libjpeg.so``), with ``$ORIGIN`` as the
-run path. ``--bundle`` copies the ``libjpeg.so.62`` it linked against next to the module, so
-the image's final stage needs no Debian package of its own (Debian's ``libjpeg.a`` is not
-position independent, so the library cannot be linked in statically).
+``--bundle``) and the dev environment (``make venv``, ``--strict``). It compiles with the C
+compiler this Python was built with (``sysconfig``'s ``CC``) against the system's
+libjpeg-turbo (``libjpeg62-turbo-dev``: its ``jpeglib.h`` and ``libjpeg.so``), with
+``$ORIGIN`` as the run path (RPATH). ``--bundle`` copies the ``libjpeg.so.62`` it linked
+against next to the module, so the image's final stage needs no Debian package of its own
+(Debian's ``libjpeg.a`` is not position independent, so the library cannot be linked in
+statically).
 
 Runs with the image's own Python and only its standard library. Exit codes: 0 built, 1 the
 compiler failed (its output above the line), 64 usage, 69 no compiler or no ``jpeglib.h``
@@ -60,6 +61,9 @@ def main(argv=None) -> None:
     parser.add_argument("out_dir")
     parser.add_argument("--bundle", action="store_true",
                         help="copy the libjpeg.so.62 it links against next to the module")
+    parser.add_argument("--strict", action="store_true",
+                        help="warnings are errors (make venv; not the image, whose compiler "
+                             "is the base release's)")
     args = parser.parse_args(argv)
     include = sysconfig.get_paths()["include"]
     cc = compiler()
@@ -71,9 +75,10 @@ def main(argv=None) -> None:
     # Every build of another Python's suffix stays (the dev tree may hold several); this one's
     # is replaced whole, never half-written (the compiler writes a temporary file first).
     partial = module + ".partial"
-    command = cc + [
-        "-O2", "-fPIC", "-shared", "-Wall", "-Werror", "-I" + include, args.source,
-        "-o", partial, "-ljpeg", "-Wl,-rpath,$ORIGIN"]
+    command = cc + ["-O2", "-fPIC", "-shared", "-Wall"] + (["-Werror"] if args.strict else []) + [
+        "-I" + include, args.source, "-o", partial,
+        # RPATH, not RUNPATH: the copy beside the module wins over LD_LIBRARY_PATH.
+        "-ljpeg", "-Wl,-rpath,$ORIGIN", "-Wl,--disable-new-dtags"]
     if subprocess.run(command).returncode != 0:
         fail("the compiler failed: {}".format(" ".join(command)),
              "the output above; the packages are {}".format(PACKAGES), 1)

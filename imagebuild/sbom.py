@@ -193,7 +193,9 @@ def os_components(packages, os_release, source="os"):
         name, version = package["Package"], package.get("Version", "")
         reference = purl("deb", name, version, vendor, {
             "arch": package.get("Architecture"), "distro": distro})
-        found.append({"type": "library", "bom-ref": reference, "name": name,
+        # A bundled copy of a package the image also has installed is another component.
+        found.append({"type": "library", "name": name,
+                      "bom-ref": reference if source == "os" else source + ":" + reference,
                       "version": version, "purl": reference,
                       "properties": [{"name": "tpu-xla:source", "value": source}]})
     return found

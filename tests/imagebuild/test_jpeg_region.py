@@ -31,9 +31,12 @@ def test_bundled_the_module_loads_the_libjpeg_next_to_it(tmp_path):
     assert result.stdout.strip() == "jpeg_region: built {} with libjpeg.so.62".format(module)
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
         [module.name, "libjpeg.so.62"])
-    # The run path is $ORIGIN: the copy beside it is the one the loader takes.
+    # The run path is $ORIGIN, as RPATH: the copy beside it is the one the loader takes,
+    # also where LD_LIBRARY_PATH names the system's.
     listing = subprocess.run(["ldd", str(module)], stdout=subprocess.PIPE,
-                             universal_newlines=True, check=True).stdout
+                             universal_newlines=True, check=True,
+                             env=dict(os.environ, LD_LIBRARY_PATH="/usr/lib/x86_64-linux-gnu")
+                             ).stdout
     assert "libjpeg.so.62 => {}".format(tmp_path / "libjpeg.so.62") in listing
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "

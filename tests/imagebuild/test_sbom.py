@@ -185,18 +185,25 @@ def test_a_bundled_debian_package_is_listed_as_bundled(tmp_path):
     bundled = tmp_path / "bundled"
     bundled.write_text("Package: libjpeg62-turbo\nStatus: install ok installed\n"
                        "Architecture: amd64\nVersion: 1:2.1.5-2\n")
+    # A base that has the package installed as well: two components, two bom-refs.
+    status.write_text(status.read_text() + "\n" + bundled.read_text())
     result = subprocess.run([sys.executable, str(REPO / "imagebuild" / "sbom.py"), str(lock),
                              "pjrt", "--dpkg-status", str(status), "--os-release", str(release),
                              "--bundled-dpkg-status", str(bundled)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    found = {c["name"]: (c["purl"], c["properties"])
-             for c in json.loads(result.stdout)["components"] if c.get("purl", "").startswith(
-                 "pkg:deb/")}
-    assert found["libjpeg62-turbo"] == (
+    components = json.loads(result.stdout)["components"]
+    references = [c["bom-ref"] for c in components]
+    assert len(references) == len(set(references))
+    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(result.stdout)
+    assert error is None, str(error).splitlines()[0]
+    found = {(c["name"], c["properties"][0]["value"]): (c["purl"], c["properties"])
+             for c in components if c.get("purl", "").startswith("pkg:deb/")}
+    assert ("libjpeg62-turbo", "os") in found
+    assert found["libjpeg62-turbo", "bundled"] == (
         "pkg:deb/debian/libjpeg62-turbo@1:2.1.5-2?arch=amd64&distro=debian-12",
         [{"name": "tpu-xla:source", "value": "bundled"}])
-    assert found["libc6"][1] == [{"name": "tpu-xla:source", "value": "os"}]
+    assert found["libc6", "os"][1] == [{"name": "tpu-xla:source", "value": "os"}]
     # The distribution is listed once, from the image's own os-release.
     assert [c["name"] for c in json.loads(result.stdout)["components"]
             if c["type"] == "operating-system"] == ["debian"]

@@ -90,10 +90,11 @@ def test_make_sbom_prints_a_valid_sbom_of_every_locked_package(images, runtime):
     assert debs["libc6"].startswith("pkg:deb/debian/libc6@") and "distro=debian-12" in \
         debs["libc6"]  # the stand-ins are Debian bookworm
     assert [entry["name"] for entry in by_source["operating-system"]] == ["debian"]
-    # The pjrt image's region JPEG decoder carries Debian's libjpeg-turbo (the Dockerfile's
-    # pin) in /app/trainer/data; the xrt image has no region decoder.
+    # The pjrt image's region JPEG decoder carries the base release's libjpeg-turbo in
+    # /app/trainer/data; the xrt image has no region decoder.
     bundled = {entry["name"]: entry["version"] for entry in by_source.get("bundled", [])}
-    assert bundled == ({"libjpeg62-turbo": "1:2.1.5-2"} if runtime == "pjrt" else {})
+    assert sorted(bundled) == (["libjpeg62-turbo"] if runtime == "pjrt" else [])
+    assert all(re.fullmatch(r"1:2\.\d+\.\d+-\S+", version) for version in bundled.values())
     [base] = by_source["base-image"]
     assert base["name"] == "tpu-standin" and base["version"] == runtime
     [project] = by_source["project"]

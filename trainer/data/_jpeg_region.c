@@ -68,6 +68,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
      * this holds the GIL): other threads run during a decode, as with simplejpeg's. */
     PyThreadState *volatile released = NULL;
     JDIMENSION x, width, first_row, row;
+    int last;
     size_t stride;
     char *rows;
 
@@ -115,9 +116,13 @@ static PyObject *decode(PyObject *self, PyObject *args) {
      * edge pixels finds the samples beyond them as in a full decode. To the left one pixel
      * (libjpeg-turbo widens the left edge down to an iMCU boundary by itself); to the right
      * RIGHT_MARGIN chroma samples, since the cropped width sets where the upsampler takes the
-     * last chroma sample as the image's edge. Rows need none: libjpeg-turbo's skip keeps the
-     * upsampler's context rows, so the first row read is the full decode's. */
-    x = (JDIMENSION)clamp(left - 1, 0, (int)cinfo.output_width);
+     * last chroma sample as the image's edge. And never fewer than max_h_samp_factor + 1
+     * columns from the left (`last`): a crop one chroma sample wide takes libjpeg-turbo's
+     * plain upsampler, not the smooth one (the last column of a 4:2:0 image 16n + 2 px wide,
+     * up to 47 levels off). Rows need none: libjpeg-turbo's skip keeps the upsampler's
+     * context rows, so the first row read is the full decode's. */
+    last = (int)cinfo.output_width - cinfo.max_h_samp_factor - 1;
+    x = (JDIMENSION)clamp(left - 1 < last ? left - 1 : last, 0, (int)cinfo.output_width);
     width = (JDIMENSION)clamp(right + RIGHT_MARGIN * cinfo.max_h_samp_factor, 0,
                               (int)cinfo.output_width) - x;
     first_row = (JDIMENSION)top;

@@ -71,7 +71,10 @@ def _region_module():
         from trainer.data import _jpeg_region
 
         pixels, x, width = _jpeg_region.decode(_probe(), 1, 4, 4, 8, 7, FAST_DCT)
-    except (ImportError, OSError, ValueError):
+    # Whatever keeps it from decoding the probe (a module built from an older source, with
+    # another signature, raises TypeError) leaves simplejpeg to decode, never every image
+    # failing.
+    except Exception:  # noqa: BLE001
         return None
     return _jpeg_region if x <= 4 and x + width >= 8 and len(pixels) == 3 * width * 3 else None
 
@@ -132,9 +135,10 @@ def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int,
     apart, test_jpeg_decode). Where ``_jpeg_region`` is not built, cut out of ``scaled``'s
     whole image. OSError if it is not a whole JPEG."""
     module = _region_module()
-    # A file cut short, or damaged, below the box would decode without a word: a file that
-    # does not end at its End Of Image marker is decoded whole, strictly (bytes after the
-    # marker, which some cameras write, take that path too and decode).
+    # A file cut short below the box would decode without a word: a file that does not end at
+    # its End Of Image marker is decoded whole, strictly (bytes after the marker, which some
+    # cameras write, take that path too and decode). Damage inside a file that still ends at
+    # its marker is found when a crop reaches it (libjpeg-turbo's warning, an error here).
     if module is None or not data.endswith(b"\xff\xd9"):
         return box_rows(scaled(data, width, height, reduction).permute(1, 2, 0), box, mirror)
     try:

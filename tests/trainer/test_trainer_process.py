@@ -54,17 +54,12 @@ def test_help_prints_the_flags_and_exits_0():
     assert returncode == 0, err
     assert out.startswith("ImageNet") and "--model:" in out and "Error" not in err
 
+# One process a variable (a process start costs about 7 CPU seconds, most of a run that
+# stops here): test_cli checks each bad value of each in the trainer's own process.
 @pytest.mark.parametrize("name, value, kind", [
     ("TRAINER_GCS_RETRY_DEADLINE", "soon", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "0", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "-5", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "inf", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "nan", "positive"),
     ("TRAINER_GCS_REFUSAL_RETRY", "-1", "non-negative"),
-    ("TRAINER_GCS_REFUSAL_RETRY", "nan", "non-negative"),
-    ("TRAINER_GCS_REFUSAL_RETRY", "inf", "non-negative"),
     ("TRAINER_STOP_DEADLINE", "0", "positive"),
-    ("TRAINER_STOP_DEADLINE", "later", "positive"),
 ])
 def test_bad_retry_and_deadline_seconds_are_a_usage_error(name, value, kind):
     returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", environ={name: value}))

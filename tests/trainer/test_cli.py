@@ -139,3 +139,30 @@ def test_the_runs_length_in_training_steps_epochs_and_evaluation_steps():
     assert parse("mnist", "--fake_data", "--num_steps=4").eval_steps(10) == 4
     with pytest.raises(TrainerError, match="--smoke trains one step; --max_steps=2 asks"):
         parse("mnist", "--fake_data", "--smoke", "--max_steps=2")
+
+
+@pytest.mark.parametrize("name, value, kind", [
+    ("TRAINER_GCS_RETRY_DEADLINE", "soon", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "0", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "-5", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "inf", "positive"),
+    ("TRAINER_GCS_RETRY_DEADLINE", "nan", "positive"),
+    ("TRAINER_GCS_REFUSAL_RETRY", "-1", "non-negative"),
+    ("TRAINER_GCS_REFUSAL_RETRY", "nan", "non-negative"),
+    ("TRAINER_GCS_REFUSAL_RETRY", "inf", "non-negative"),
+    ("TRAINER_STOP_DEADLINE", "0", "positive"),
+    ("TRAINER_STOP_DEADLINE", "later", "positive"),
+])
+def test_bad_retry_and_deadline_seconds_are_refused_naming_the_variable(name, value, kind):
+    # Before anything is set (alone in the environment, the bad variable sets nothing); that
+    # a trainer process ends on it with exit 64 is test_trainer_process's, one per variable.
+    from trainer import cli, stop_signal, storage
+
+    before = (storage.RETRY_DEADLINE_S, storage.REFUSAL_RETRY_S, stop_signal.DEADLINE_S)
+    with pytest.raises(TrainerError) as refused:
+        cli._configure_retries_and_deadlines({name: value})
+    assert refused.value.exit_code == EX_USAGE
+    assert refused.value.message == "{}={!r} is not a {} number of seconds".format(
+        name, value, kind)
+    assert refused.value.hint.startswith("e.g. {}=".format(name))
+    assert (storage.RETRY_DEADLINE_S, storage.REFUSAL_RETRY_S, stop_signal.DEADLINE_S) == before

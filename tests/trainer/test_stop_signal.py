@@ -15,7 +15,7 @@ import pytest
 import torch
 from gcs_fault_proxy import Rule
 
-from conftest import REPO, clean_environ, quick_compile, upload_folder, wait_for_line
+from conftest import REPO, clean_environ, upload_folder, wait_for_line
 from trainer import stop_signal
 
 
@@ -26,12 +26,15 @@ def test_sigterm_during_a_stalled_read_stops_within_seconds_checkpointed(
     # One shard read, past the first epoch's, hangs for 60 s (then a retry gets through).
     stalled = proxy.add(Rule("train-", methods=("GET",), hang_s=60, after=40, every=1000))
     job = tmp_path / "job"
+    # A claim about the wait, not the network: tests/tiny_model.py compiles in about a second,
+    # where ResNet-18's steps took most of this test's 44 CPU seconds even compiled quickly.
     process = subprocess.Popen(
         [sys.executable, "-m", "trainer.imagenet", "--data_dir=" + data, "--job_dir=" + str(job),
-         "--model=resnet18", "--image_size=16", "--batch_size=8", "--num_workers=1",
+         "--model=tiny_model:build", "--image_size=16", "--batch_size=8", "--num_workers=1",
          "--warmup_epochs=0", "--num_epochs=10", "--log_steps=1"],
-        cwd=str(REPO), env=quick_compile(clean_environ(
-            PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url, HOME=str(tmp_path))),
+        cwd=str(REPO), env=clean_environ(
+            PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url, HOME=str(tmp_path),
+            PYTHONPATH=str(REPO / "tests")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert stalled.hit.wait(300), "no shard read was held"

@@ -54,17 +54,12 @@ def test_help_prints_the_flags_and_exits_0():
     assert returncode == 0, err
     assert out.startswith("ImageNet") and "--model:" in out and "Error" not in err
 
+# One process a variable (a process start costs about 7 CPU seconds, most of a run that
+# stops here): test_cli checks each bad value of each in the trainer's own process.
 @pytest.mark.parametrize("name, value, kind", [
     ("TRAINER_GCS_RETRY_DEADLINE", "soon", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "0", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "-5", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "inf", "positive"),
-    ("TRAINER_GCS_RETRY_DEADLINE", "nan", "positive"),
     ("TRAINER_GCS_REFUSAL_RETRY", "-1", "non-negative"),
-    ("TRAINER_GCS_REFUSAL_RETRY", "nan", "non-negative"),
-    ("TRAINER_GCS_REFUSAL_RETRY", "inf", "non-negative"),
     ("TRAINER_STOP_DEADLINE", "0", "positive"),
-    ("TRAINER_STOP_DEADLINE", "later", "positive"),
 ])
 def test_bad_retry_and_deadline_seconds_are_a_usage_error(name, value, kind):
     returncode, _, err = finish(trainer("trainer.mnist", "--fake_data", environ={name: value}))
@@ -388,12 +383,16 @@ def test_a_group_wide_sigterm_mid_epoch_checkpoints_and_the_epoch_resumes_exactl
     # systemd, timeout, Slurm and `kill -- -PGID` signal the whole process group: the data
     # workers too. They must leave the stop to the trainer (they ended with "DataLoader worker
     # ... is killed by signal: Terminated", exit 1 and no checkpoint).
+    # Both runs pay a compile and their steps: at 16 px in batches of 8, compiled quickly
+    # (conftest), half the steps of 32 px in 4s and a seventh of the compile, which leaves
+    # steps of tenths of a second, so that the stop at step 3 still lands mid-epoch.
     job = tmp_path / "job"
     args = ["--data_dir=" + str(photo_shards), "--num_workers=2", "--job_dir=" + str(job),
-            "--model=resnet18", "--image_size=32", "--batch_size=4", "--num_epochs=1",
+            "--model=resnet18", "--image_size=16", "--batch_size=8", "--num_epochs=1",
             "--warmup_epochs=0", "--log_steps=1"]
+    quick = quick_compile({"XLA_FLAGS": os.environ.get("XLA_FLAGS", "")})
     process = subprocess.Popen([sys.executable, "-m", "trainer.imagenet"] + args,
-                               cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"),
+                               cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU", **quick),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
@@ -406,14 +405,14 @@ def test_a_group_wide_sigterm_mid_epoch_checkpoints_and_the_epoch_resumes_exactl
     assert returncode == 143, err
     assert "Traceback" not in err and "DataLoader worker" not in err
     stopped = int(re.search(r"stopped by SIGTERM at step (\d+); checkpoint", err).group(1))
-    assert 3 <= stopped < 48  # mid-epoch: 192 training photographs in batches of 4
-    returncode, out, err = finish(trainer("trainer.imagenet", *args))
+    assert 3 <= stopped < 24  # mid-epoch: 192 training photographs in batches of 8
+    returncode, out, err = finish(trainer("trainer.imagenet", *args, environ=quick))
     assert returncode == 0, err
     assert "resumed from" in out
     # The epoch goes on at the step after the checkpoint: every step once, so (the order
     # being arithmetic on the step) every example of the epoch once.
-    assert metric_steps(job) == list(range(1, 49))
-    assert json.loads((job / "summary.json").read_text())["global_step"] == 48
+    assert metric_steps(job) == list(range(1, 25))
+    assert json.loads((job / "summary.json").read_text())["global_step"] == 24
 
 
 def test_an_adamw_run_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_weights(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +27,10 @@ from hypothesis import settings
 import fake_cloud_tpu
 
 REPO = Path(__file__).resolve().parent.parent
+# Where make venv builds the region JPEG decoder (imagebuild/jpeg_region.py): a C compiler
+# and libjpeg-turbo's headers; elsewhere its tests skip and say why.
+REGION_DECODER_BUILDABLE = (shutil.which("cc") is not None
+                            and Path("/usr/include/jpeglib.h").exists())
 TESTS = REPO / "tests"
 SHARED = REPO.parent / "shared"
 MNIST_SUBSET = SHARED / "data" / "mnist-subset"

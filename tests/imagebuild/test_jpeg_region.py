@@ -3,18 +3,15 @@ libjpeg-turbo it links against copied next to it (the pjrt image's build stage),
 with its exit code when it cannot be built."""
 
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REGION_DECODER_BUILDABLE, REPO
 
 SCRIPT = REPO / "imagebuild" / "jpeg_region.py"
 SOURCE = REPO / "trainer" / "data" / "_jpeg_region.c"
-BUILDABLE = shutil.which("cc") is not None and Path("/usr/include/jpeglib.h").exists()
 
 
 def build(*args, env=None):
@@ -23,7 +20,7 @@ def build(*args, env=None):
                           universal_newlines=True, env=env)
 
 
-@pytest.mark.skipif(not BUILDABLE, reason="no C compiler or jpeglib.h here")
+@pytest.mark.skipif(not REGION_DECODER_BUILDABLE, reason="no C compiler or jpeglib.h here")
 def test_bundled_the_module_loads_the_libjpeg_next_to_it(tmp_path):
     result = build(SOURCE, tmp_path, "--bundle")
     assert result.returncode == 0, result.stderr
@@ -55,7 +52,7 @@ def test_without_a_compiler_it_says_which_packages_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.skipif(not BUILDABLE, reason="no C compiler or jpeglib.h here")
+@pytest.mark.skipif(not REGION_DECODER_BUILDABLE, reason="no C compiler or jpeglib.h here")
 def test_a_compile_error_fails_and_leaves_no_module_behind(tmp_path):
     broken = tmp_path / "broken.c"
     broken.write_text("this is not C\n")

@@ -4,9 +4,7 @@ import functools
 import io
 import random
 import re
-import shutil
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
@@ -15,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from conftest import REGION_DECODER_BUILDABLE
 from trainer.data import jpeg_decode
 
 
@@ -62,9 +61,6 @@ def test_a_truncated_jpeg_is_an_os_error_not_a_grey_image():
         jpeg_decode.decoded(data[:len(data) // 2])
 
 
-# Where a C compiler and libjpeg-turbo's headers are, make venv builds the region decoder
-# (imagebuild/jpeg_region.py); where they are not, it says so and simplejpeg decodes.
-BUILDABLE = shutil.which("cc") is not None and Path("/usr/include/jpeglib.h").exists()
 
 
 def test_simplejpeg_decodes_here_and_the_start_up_line_says_so(monkeypatch):
@@ -80,8 +76,8 @@ def test_simplejpeg_decodes_here_and_the_start_up_line_says_so(monkeypatch):
         jpeg_decode.decoder.cache_clear()
 
 
-@pytest.mark.skipif(not BUILDABLE, reason="no C compiler or jpeglib.h: the region decoder "
-                                          "is not built here (make venv said so)")
+@pytest.mark.skipif(not REGION_DECODER_BUILDABLE, reason="no C compiler or jpeglib.h: the "
+                    "region decoder is not built here (make venv said so)")
 def test_the_region_decoder_is_built_here_and_the_start_up_line_says_so():
     assert jpeg_decode.decoder() == "region"
     assert re.fullmatch(r"JPEGs decoded by libjpeg-turbo [23]\.\d+\.\d+, the crop's region "

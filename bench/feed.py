@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import torch  # noqa: E402
 
 from trainer import host_threads  # noqa: E402
-from trainer.data.workers import host_cores  # noqa: E402
+from trainer.host_resources import host_cores  # noqa: E402
 
 SIZE = 224
 EVAL_STEP_SHARE = 1 / 3  # a stand-in evaluation step: the forward pass of a training step

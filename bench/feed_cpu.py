@@ -97,7 +97,7 @@ def measured(data_dir: Path, batch: int, setting: str, checkout: Path) -> Dict[s
     """``draw`` in a fresh process (a pool's size is the process's for good), with the data
     layer of ``checkout``."""
     from trainer import host_threads
-    from trainer.data.workers import host_cores
+    from trainer.host_resources import host_cores
 
     threads = list(host_threads.choose(host_cores())) if setting == "rule" else []
     out = subprocess.run([sys.executable, __file__, "--child", str(data_dir), str(batch),

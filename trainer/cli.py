@@ -1,6 +1,12 @@
 """The trainers' shared ``main`` plumbing: logging, absl flag parsing (``--job-dir`` spelling
 accepted), and the one place that turns errors into a one-line message and an exit code.
 
+Two phases, so that a trainer answers ``--help`` or a bad flag in a fraction of a second:
+``parse_main`` (flags, ``TRAINER_*`` variables, the config's checks) imports neither torch
+nor torch_xla; the entry modules call it before their framework imports, and ``run_parsed``
+after them. The checks that need a device or a model (``--devices`` against the runtime's,
+the model's first forward pass) belong to the run.
+
 ``--help`` / ``-h`` print the trainer's flags, ``--helpfull`` every flag defined (absl's
 own included), and exit 0 without training.
 
@@ -16,22 +22,31 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from absl import flags
 
 from trainer import scratch, stop_signal, storage
 from trainer.config import FLAGS, TrainConfig, config_from_flags, normalize_argv
+from trainer.console import configure_logging, report
 from trainer.errors import EX_USAGE, TrainerError
-from trainer.outputs import OutputPaths
 
 
 def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any]],
              argv: Optional[List[str]] = None,
              fixed: Optional[Dict[str, Any]] = None) -> int:
-    """Define and parse flags, build the config (``fixed``: config fields that are no flag
-    of this trainer), ``run(config, paths=...)``, and map errors to exit codes. The one
-    place that reads the environment (Vertex's ``AIP_*`` dirs)."""
+    """``parse_main`` then, with a config, ``run_parsed``: the exit code."""
+    parsed = parse_main(define_flags, argv, fixed)
+    return parsed if isinstance(parsed, int) else run_parsed(run, parsed)
+
+
+def parse_main(define_flags: Callable[..., None], argv: Optional[List[str]] = None,
+               fixed: Optional[Dict[str, Any]] = None) -> Union[TrainConfig, int]:
+    """Define and parse flags (``argv``, program name first; default ``sys.argv``) and the
+    trainer's environment variables into the config (``fixed``: config fields that are no flag
+    of this trainer), or the exit code when there is nothing to run: 0 after ``--help``, a
+    usage error's code after its one line. Needs neither torch nor torch_xla (nor imports
+    them), so the trainers answer a typo before loading a framework."""
     configure_logging()
     define_flags()
     argv = list(sys.argv if argv is None else argv)
@@ -42,9 +57,20 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
     try:
         _configure_retries_and_deadlines(os.environ)
         _configure_shared_memory(os.environ)
-        config = parse_config(argv, fixed=fixed)
+        return parse_config(argv, fixed=fixed)
+    except TrainerError as error:
+        return report(error)
+
+
+def run_parsed(run: Callable[..., Dict[str, Any]], config: TrainConfig) -> int:
+    """``run(config, paths=...)`` (the one place that reads Vertex's ``AIP_*`` dirs from the
+    environment), mapping its errors to one line and an exit code."""
+    from trainer.outputs import OutputPaths
+
+    try:
+        paths = OutputPaths.resolve(config.job_dir, os.environ)
         _size_host_threads()
-        run(config, paths=OutputPaths.resolve(config.job_dir, os.environ))
+        run(config, paths=paths)
     except TrainerError as error:
         return report(error)
     except RuntimeError as error:
@@ -60,7 +86,7 @@ def run_main(define_flags: Callable[..., None], run: Callable[..., Dict[str, Any
 def _size_host_threads() -> None:
     """The trainer process's torch pools, once, before anything runs (``host_threads``)."""
     from trainer import host_threads, xla
-    from trainer.data.workers import host_cores
+    from trainer.host_resources import host_cores
 
     host_threads.configure(host_cores(), xla.device_type())
 
@@ -165,24 +191,3 @@ def _configure_shared_memory(environ: Mapping[str, str]) -> None:
         from trainer.data import shared_memory
 
         shared_memory.SHM_DIR = path
-
-
-def configure_logging() -> None:
-    """Progress lines to stdout. Configured on the "trainer" logger itself, because torch_xla
-    may have configured the root logger already (and basicConfig(force=) needs 3.8)."""
-    logger = logging.getLogger("trainer")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
-def report(error: TrainerError) -> int:
-    """Print ``error`` as one line and its hint; returns its exit code."""
-    sys.stdout.flush()
-    print("{}: {}".format(type(error).__name__, error.message), file=sys.stderr)
-    if error.hint:
-        print("HINT: {}".format(error.hint), file=sys.stderr)
-    return error.exit_code

@@ -404,7 +404,8 @@ def _steps_per_epoch(config: TrainConfig, data: DataSource) -> int:
 
 
 def _input_setup(config: TrainConfig, data: DataSource) -> InputSetup:
-    from trainer.data.workers import host_cores, resolve_workers
+    from trainer.data.workers import resolve_workers
+    from trainer.host_resources import host_cores
 
     workers = getattr(data, "workers", None)  # what the source chose (and logged)
     return InputSetup(config.fake_data, resolve_workers(config.num_workers, announce=False)

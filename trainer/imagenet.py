@@ -10,23 +10,37 @@ reach the devices as uint8 and are normalized there (``trainer.data.images``).
 
 from __future__ import annotations
 
-from trainer import startup, stop_signal
+from typing import Any, Dict, List, Optional
+
+from trainer import cli, startup, stop_signal
+from trainer.config import FLAGS, define_common_flags
+
+
+def define_flags(flag_values: Any = FLAGS) -> None:
+    # Goyal et al.'s rate: 0.1 per 256 examples, scaled with the global batch.
+    define_common_flags(flag_values=flag_values, batch_size=128, num_epochs=90, lr=0.1,
+                        lr_batch=256, momentum=0.9, weight_decay=1e-4, warmup_epochs=5.0,
+                        label_smoothing=0.1, log_steps=100, num_workers=-1, model="resnet50",
+                        image_size=224)
+
 
 if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
     startup.pause_collector()  # until the imports are done (trainer.startup)
+    # The flags before the frameworks: --help and a bad flag answer without importing torch.
+    PARSED = cli.parse_main(define_flags)
+    if isinstance(PARSED, int):
+        cli.exit_process(PARSED)
 
 import logging
-from typing import Any, Dict, List, Optional
 
 import torch
 
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices, models
 from trainer.batches import DataSource, FakeSource
-from trainer.cli import exit_process, run_main
-from trainer.config import FLAGS, TrainConfig, define_common_flags
+from trainer.config import TrainConfig
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -38,14 +52,6 @@ if __name__ == "__main__":
 NUM_CLASSES = 1000
 # Fake data: the size of ImageNet-1k, so steps per epoch match a real run.
 FAKE_TRAIN_EXAMPLES, FAKE_EVAL_EXAMPLES = 1281167, 50000
-
-
-def define_flags(flag_values: Any = FLAGS) -> None:
-    # Goyal et al.'s rate: 0.1 per 256 examples, scaled with the global batch.
-    define_common_flags(flag_values=flag_values, batch_size=128, num_epochs=90, lr=0.1,
-                        lr_batch=256, momentum=0.9, weight_decay=1e-4, warmup_epochs=5.0,
-                        label_smoothing=0.1, log_steps=100, num_workers=-1, model="resnet50",
-                        image_size=224)
 
 
 def build_model(config: TrainConfig, num_classes: int, global_batch: int = 2
@@ -125,8 +131,8 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse flags (``--job-dir`` spelling accepted), train, return the exit code."""
-    return run_main(define_flags, run, argv)
+    return cli.run_main(define_flags, run, argv)
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    cli.exit_process(cli.run_parsed(run, PARSED))

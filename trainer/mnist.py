@@ -11,14 +11,25 @@ device, four devices (a global batch of 256) get 155 steps in 5 epochs and reach
 
 from __future__ import annotations
 
-from trainer import startup, stop_signal
+from typing import Any, Dict, List, Optional
+
+from trainer import cli, startup, stop_signal
+from trainer.config import FLAGS, define_common_flags
+
+
+def define_flags(flag_values: Any = FLAGS) -> None:
+    define_common_flags(exclude=("model", "image_size", "label_smoothing", "num_workers"),
+                        flag_values=flag_values)
+
 
 if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
     startup.pause_collector()  # until the imports are done (trainer.startup)
-
-from typing import Any, Dict, List, Optional
+    # The flags before the frameworks: --help and a bad flag answer without importing torch.
+    PARSED = cli.parse_main(define_flags)
+    if isinstance(PARSED, int):
+        cli.exit_process(PARSED)
 
 import torch
 import torch.nn as nn
@@ -27,8 +38,7 @@ import torch.nn.functional as F
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices, mnist_data
 from trainer.batches import DataSource, FakeSource, TensorSource
-from trainer.cli import exit_process, run_main
-from trainer.config import FLAGS, TrainConfig, define_common_flags
+from trainer.config import TrainConfig
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -58,11 +68,6 @@ class MnistNet(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def define_flags(flag_values: Any = FLAGS) -> None:
-    define_common_flags(exclude=("model", "image_size", "label_smoothing", "num_workers"),
-                        flag_values=flag_values)
-
-
 def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEVICE
                ) -> DataSource:
     """MNIST's data for ``config`` (the IDX files, or ``--fake_data``) in global batches over
@@ -90,8 +95,8 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse flags (``--job-dir`` spelling accepted), train, return the exit code."""
-    return run_main(define_flags, run, argv)
+    return cli.run_main(define_flags, run, argv)
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    cli.exit_process(cli.run_parsed(run, PARSED))

@@ -13,11 +13,12 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
   the order from ``--seed``, ``--num_workers`` data workers.
 - ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy.
 - ``argv``: the flags, without the program's name (default ``sys.argv[1:]``): the trainers'
-  common flags but the image and data ones; ``--help`` lists them. Flags the script defined
-  with absl before the call are parsed with them (read them from ``absl.flags.FLAGS`` after
-  the call). To read them before the call, parse with ``FLAGS(sys.argv, known_only=True)``:
-  a plain ``FLAGS(sys.argv)`` stops at ``--job_dir`` and the trainers' other flags, which are
-  defined only inside ``train``.
+  common flags but the image and data ones (``trainer.own_flags``); ``--help`` lists them.
+  They are parsed and checked before torch_xla is imported: a typo costs no framework
+  load. Flags the script defined with absl before the call are parsed with them (read them
+  from ``absl.flags.FLAGS`` after the call). To read them before the call, parse with
+  ``FLAGS(sys.argv, known_only=True)``: a plain ``FLAGS(sys.argv)`` stops at ``--job_dir``
+  and the trainers' other flags, which are defined only inside ``train``.
 
 Returns the summary (``summary.json``'s dict) when the run completes. A stop (SIGTERM: 143;
 Ctrl-C: 130, after a checkpoint) or an error (one line and a ``HINT:``; exit 64 for a usage
@@ -40,58 +41,32 @@ training step's device draws are seeded from ``--seed`` and the step's number
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
-from trainer import devices, stop_signal
-from trainer.cli import exit_process, run_main
-from trainer.config import FLAGS, TrainConfig, define_common_flags
+from trainer import devices
+from trainer.cli import exit_process, run_parsed
+from trainer.config import TrainConfig
 from trainer.dataset_source import DatasetSource
 from trainer.errors import EX_DATAERR, EX_USAGE, TrainerError
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
-# The trainers' flags that are about their images and data: not this loop's.
-EXCLUDED_FLAGS = ("data_dir", "fake_data", "model", "image_size", "label_smoothing",
-                  "num_workers")
-NUM_WORKERS_HELP = (
-    "data worker processes that build the batches (0, the default: the device loader's "
-    "thread builds them in this process, fastest for items already in memory such as a "
-    "TensorDataset; N: N processes, for a Dataset whose items take work to read or make, "
-    "e.g. files or decoding; -1: one per usable host core)")
-# ``TrainConfig.data_dir``: where this loop's data comes from (the config demands a source).
-DATA_FROM = "trainer.train(train_set)"
 
-
-def define_flags(flag_values: Any = FLAGS) -> None:
-    """The common flags this loop takes, each once: a flag the script (or an earlier call)
-    defined already keeps its definition."""
-    taken = tuple(name for name in TrainConfig.__dataclass_fields__ if name in flag_values)
-    define_common_flags(exclude=EXCLUDED_FLAGS + taken, flag_values=flag_values)
-    if "num_workers" not in flag_values:
-        from absl import flags
-
-        flags.DEFINE_integer("num_workers", 0, NUM_WORKERS_HELP, flag_values=flag_values)
-
-
-def train(model: Any, train_set: Any, eval_set: Any = None,
-          loss_fn: Optional[Callable] = None, argv: Optional[Sequence[str]] = None
-          ) -> Dict[str, Any]:
-    """``trainer.train``: see the module's docstring."""
-    stop_signal.catch_sigterm()  # again (``trainer.train`` did): idempotent
-    argv = list(sys.argv[1:] if argv is None else argv)
-    program = sys.argv[0] if sys.argv and sys.argv[0] else "train"
+def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
+          loss_fn: Optional[Callable] = None) -> Dict[str, Any]:
+    """``trainer.train`` once its flags are parsed into ``config`` (``trainer.own_flags``):
+    the run's summary, or the process ends with the trainers' exit code and one line."""
     summary: Dict[str, Any] = {}
 
     def run(config: TrainConfig, *, paths: OutputPaths) -> Dict[str, Any]:
         summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn))
         return summary
 
-    code = run_main(define_flags, run, [program] + argv, fixed={"data_dir": DATA_FROM})
-    if code or not summary:  # stopped, failed, or --help printed
+    code = run_parsed(run, config)
+    if code or not summary:  # stopped or failed
         exit_process(code)
     return summary
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import REPO, TESTS, clean_environ
-from trainer import own_loop
+from trainer import own_flags, own_loop
 from trainer.config import TrainConfig
 from trainer.errors import EX_DATAERR, EX_USAGE, TrainerError
 from trainer.outputs import OutputPaths
@@ -193,7 +193,7 @@ def test_flags_are_the_trainers_common_ones_and_the_scripts_own():
     assert out.startswith("Your model and data on the trainers' run")
     for flag in ("--job_dir", "--num_epochs", "--optimizer", "--num_workers", "--task"):
         assert flag + ":" in out
-    for flag in own_loop.EXCLUDED_FLAGS[:-1]:  # --num_workers is this loop's own
+    for flag in own_flags.EXCLUDED_FLAGS[:-1]:  # --num_workers is this loop's own
         assert "--{}:".format(flag) not in out
     returncode, _, err = finish(script("--data_dir=/data"))
     assert returncode == EX_USAGE and "Unknown command line flag 'data_dir'" in err
@@ -260,7 +260,7 @@ PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long(
 def test_bad_arguments_are_refused_before_training(arguments, code, text):
     given = dict(model=torch.nn.Linear(6, 3), train_set=PAIRS, eval_set=None, loss_fn=None)
     given.update(arguments)
-    config = TrainConfig(data_dir=own_loop.DATA_FROM, batch_size=8, num_epochs=1)
+    config = TrainConfig(data_dir=own_flags.DATA_FROM, batch_size=8, num_epochs=1)
     with pytest.raises(TrainerError) as raised:
         own_loop.run_own(config, OutputPaths.resolve(None, {}), **given)
     assert raised.value.exit_code == code and text in raised.value.message

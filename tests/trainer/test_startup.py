@@ -1,8 +1,9 @@
 """The trainers' start-up (``trainer.startup``, as ``trainer.mnist`` and ``trainer.imagenet``
 use it): each entry imports the XLA runtime itself (not through one of its modules), importing
 it maps no frame chunk per call of a loop, and the imports cost one full garbage collection,
-not one every few hundred thousand objects. Each entry runs as a process that a bad flag stops
-right after its imports (exit 64), under strace where there is one."""
+not one every few hundred thousand objects. Each entry runs as a process that stops right after
+its imports (exit 64: a platform's TF_CONFIG without a job dir, the run's first check; a bad
+flag stops it before them), under strace where there is one."""
 
 import os
 import subprocess
@@ -32,8 +33,8 @@ def started(request):
     """(entry module, its process, its mmap calls or None where strace cannot count), the
     process run with ``-X importtime`` and ``gc.DEBUG_STATS`` (the import tree and each
     collection on stderr; neither adds a Python frame to the imports' stack)."""
-    argv = [sys.executable, "-X", "importtime", "-m", request.param, "--no_such_flag"]
-    environ = clean_environ(PJRT_DEVICE="CPU")
+    argv = [sys.executable, "-X", "importtime", "-m", request.param, "--fake_data"]
+    environ = clean_environ(PJRT_DEVICE="CPU", TF_CONFIG="{}")
     environ["PYTHONPATH"] = os.pathsep.join(
         [str(GC_STATS)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     options = dict(cwd=str(REPO), env=environ, capture_output=True, text=True, timeout=600)
@@ -42,7 +43,7 @@ def started(request):
         mmaps = counts.get("mmap", 0)
     except syscalls.StraceUnavailable:
         result, mmaps = subprocess.run(argv, **options), None
-    assert result.returncode == 64 and "no_such_flag" in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 64 and "TF_CONFIG is set" in result.stderr, result.stderr[-2000:]
     return request.param, result, mmaps
 
 
@@ -85,3 +86,50 @@ def test_the_imports_cost_one_full_collection(started):
     full = result.stderr.count("gc: collecting generation 2")
     assert full == 1, "{} made {} full collections starting (one: trainer.startup)".format(
         module, full)
+
+
+# Each answers from its flags alone: --help, an unknown flag, or a value the config refuses.
+FLAG_ANSWERS = [
+    ("trainer.mnist", ["--help"], 0, "--num_epochs"),
+    ("trainer.mnist", ["--num_epochs=-1"], 64, "--num_epochs must be positive"),
+    ("trainer.imagenet", ["--no_such_flag"], 64, "no_such_flag"),
+    ("trainer.imagenet", ["--fake_data", "--devices=two"], 64, "--devices must be auto"),
+    ("trainer.data.plan", ["--help"], 0, "--host_cores"),
+    ("trainer.data.plan", ["--hosts=0"], 64, "--hosts"),
+    ("trainer.data.make_shards", ["--help"], 0, "--max_shorter_side"),
+    ("trainer.data.make_shards", ["--source=a", "--dest=b", "--shard_size=0"], 64,
+     "--shard_size=0 is not positive"),
+]
+
+
+def imported_modules(stderr: str) -> List[str]:
+    return [name for _, name in import_tree(stderr)]
+
+
+@pytest.mark.parametrize("module, args, code, text", FLAG_ANSWERS)
+def test_the_flags_answer_before_any_framework_is_imported(module, args, code, text):
+    """``--help`` and every flag check answer without importing torch (or torch_xla): a
+    fraction of a second, not the seconds those imports take (bench/startup.py times it)."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", module] + args,
+                            cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, result.stderr[-2000:]
+    assert text in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    frameworks = [name for name in imported_modules(result.stderr)
+                  if name.split(".")[0] in ("torch", "torch_xla", "tensorflow")]
+    assert not frameworks, "{} {} imported {}".format(module, args, frameworks[:3])
+
+
+def test_a_scripts_bad_flag_stops_trainer_train_before_torch_xla(tmp_path):
+    """``trainer.train``: the user's script imported torch already; its flags are checked
+    before torch_xla is imported."""
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nimport torch\nimport trainer\n"
+                      "trainer.train(torch.nn.Linear(2, 2), [])\n")
+    result = subprocess.run([sys.executable, "-X", "importtime", str(script), "--lr=-1"],
+                            cwd=str(REPO), env=clean_environ(PJRT_DEVICE="CPU"),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 64, result.stderr[-2000:]
+    assert "--lr must not be negative" in result.stderr and "Traceback" not in result.stderr
+    assert "torch_xla" not in imported_modules(result.stderr)

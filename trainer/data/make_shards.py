@@ -47,15 +47,18 @@ import logging
 import random
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from trainer import storage
-from trainer.data import shard_image, worker_pool
+from trainer.data import worker_pool
 from trainer.data.folder_tree import Labelled, read_tree, split_class_folders
 from trainer.data.shard_index import INDEX_NAME, SPLITS, Shard, ShardIndex
 from trainer.data.tar_members import tar_bytes
 from trainer.data.workers import TOOL_WORKERS_HELP, tool_workers
 from trainer.errors import EX_USAGE, DataError, TrainerError
+
+if TYPE_CHECKING:  # the codecs (and torch) load after the flags are checked (main)
+    from trainer.data.shard_image import Stored
 
 log = logging.getLogger("trainer")
 # One shard task: (source uri, destination uri, shard name, its files, the plan's fingerprint,
@@ -88,6 +91,8 @@ def fingerprint(classes: List[str], plan: List[Tuple[str, Labelled]], max_side: 
 def make_shard(task: Task) -> Tuple[Shard, List[str]]:
     """Write one shard and its done-marker; returns (its index entry, skipped files)."""
     source_uri, dest_uri, name, files, plan, max_side = task
+    from trainer.data import shard_image  # loaded by main before the workers fork
+
     source, dest = storage.open_dir(source_uri), storage.open_dir(dest_uri)
     members: List[Tuple[str, bytes]] = []
     skipped = []
@@ -112,7 +117,7 @@ def example_key(shard: str, number: int) -> str:
     return "{}_{:06d}".format(shard[:-len(".tar")], number)
 
 
-def example_members(key: str, image: shard_image.Stored, path: str, label: int
+def example_members(key: str, image: Stored, path: str, label: int
                     ) -> List[Tuple[str, bytes]]:
     """An example's members: the image, its label and, in ``KEY.json``, where it came from
     (the source file relative to the source folder, and its format)."""
@@ -261,7 +266,7 @@ def _report_skipped(skipped: List[str]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trainer.cli import configure_logging, report
+    from trainer.console import configure_logging, report
 
     configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.make_shards",
@@ -303,6 +308,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise TrainerError("--max_shorter_side must be 0 (images as they came) or a side "
                                "in px, got {}".format(args.max_side),
                                "e.g. --max_shorter_side=256", EX_USAGE)
+        # The image codecs (and torch) only now that the flags hold: --help and a typo answer
+        # without them; loaded here, once, before the workers fork.
+        from trainer.data import shard_image  # noqa: F401
+
         convert(args.source, args.dest, args.shard_size, args.seed, args.workers,
                 args.progress_seconds, args.val_fraction, args.max_side)
     except TrainerError as error:

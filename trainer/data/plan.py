@@ -322,9 +322,10 @@ def shape_from_flags(hosts: int, devices_per_host: int, batch_size: int, eval_ba
 
 def main(argv: Optional[List[str]] = None) -> int:
     from trainer import storage
-    from trainer.cli import configure_logging, report
+    from trainer.console import configure_logging, report
     from trainer.data.shard_index import load_index
-    from trainer.data.workers import Host, choose
+    from trainer.data.workers import choose
+    from trainer.host_resources import Host
 
     configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.plan",

@@ -104,7 +104,7 @@ def reindex(data_dir: str, workers: int = -1) -> Optional[ShardIndex]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trainer.cli import configure_logging, report
+    from trainer.console import configure_logging, report
 
     configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.reindex",

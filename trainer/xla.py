@@ -14,6 +14,20 @@ import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
+
+
+class _DefaultDeviceWarning(logging.Filter):
+    """Drops torch_xla's root-logger line for the device it picks where ``PJRT_DEVICE`` is
+    unset (``Defaulting to PJRT_DEVICE=CPU``, ``... Setting PJRT_DEVICE=TPU``), which its
+    import prints before the trainer's own first line, with no context: the trainer names
+    the device it trains on itself (``trainer.fit``'s first line: "... on CPU (1 device)")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "PJRT_DEVICE=" not in record.getMessage()
+
+
+logging.getLogger().addFilter(_DefaultDeviceWarning())  # before torch_xla's import logs it
+
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met

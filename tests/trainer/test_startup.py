@@ -34,7 +34,8 @@ def started(request):
     process run with ``-X importtime`` and ``gc.DEBUG_STATS`` (the import tree and each
     collection on stderr; neither adds a Python frame to the imports' stack)."""
     argv = [sys.executable, "-X", "importtime", "-m", request.param, "--fake_data"]
-    environ = clean_environ(PJRT_DEVICE="CPU", TF_CONFIG="{}")
+    environ = clean_environ(TF_CONFIG="{}")
+    environ.pop("PJRT_DEVICE", None)  # torch_xla picks the device (test_no_default_device_...)
     environ["PYTHONPATH"] = os.pathsep.join(
         [str(GC_STATS)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     options = dict(cwd=str(REPO), env=environ, capture_output=True, text=True, timeout=600)
@@ -69,6 +70,13 @@ def test_the_entry_imports_the_runtime_itself(started):
     first = next(index for index, (_, name) in enumerate(tree) if name == "torch_xla")
     parent = next(name for level, name in tree[first:] if level < tree[first][0])
     assert (tree[first][0], parent) == (1, "trainer.xla")
+
+
+def test_no_default_device_warning_before_the_trainers_own_lines(started):
+    """Without ``PJRT_DEVICE`` torch_xla's import picks a device and logs a bare
+    ``WARNING:root:Defaulting to PJRT_DEVICE=CPU``; the trainer names its device itself."""
+    _, result, _ = started
+    assert "PJRT_DEVICE" not in result.stderr
 
 
 def test_importing_the_entry_opens_no_frame_chunk_per_call(started):

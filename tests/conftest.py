@@ -25,6 +25,7 @@ import pytest
 from hypothesis import settings
 
 import fake_cloud_tpu
+import time_budget
 
 REPO = Path(__file__).resolve().parent.parent
 # Where make venv builds the region JPEG decoder (imagebuild/jpeg_region.py): a C compiler
@@ -50,6 +51,19 @@ def examples(count: int) -> int:
     """A property test's number of examples: ``count`` under ``make test``, FUZZ_SCALE times
     as many under ``make fuzz``."""
     return count * FUZZ_SCALE if HYPOTHESIS_PROFILE == "fuzz" else count
+
+
+def pytest_runtest_logreport(report) -> None:
+    time_budget.record(report)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """A warning for each test over its tier's time budget (tests/time_budget.py)."""
+    lines = time_budget.summary_lines()
+    if lines:
+        terminalreporter.section("over the time budget", sep="=", yellow=True)
+        for line in lines:
+            terminalreporter.line("WARNING: " + line, yellow=True)
 
 
 def pytest_collection_modifyitems(items) -> None:

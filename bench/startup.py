@@ -12,6 +12,11 @@ before/after of a change to start-up. Without a baseline, the same process once 
 ``strace -f -c``: its mmap, munmap and total system calls (start-up, one training and one
 evaluation step, a checkpoint; nearly all of them start-up), or why none were counted. A loop
 that maps a frame chunk on every call shows as over 100,000 mmap calls (trainer/startup.py).
+
+Then how fast each command answers from its flags alone (``--help``, an unknown flag, a value
+the config refuses: ``FLAG_ANSWERS``), wall seconds from process start to exit, the median of
+``--runs``, paired with the baseline where one is given; the goal is at most 1 s on an idle
+2-core machine (the flags are checked before torch and torch_xla are imported).
 About a minute on 2 cores.
 """
 
@@ -37,6 +42,15 @@ TRAINERS = {"mnist": FLAGS,
             "imagenet": FLAGS[:1] + ["--batch_size=2", "--image_size=64", "--model=resnet50",
                                      "--num_workers=0"] + FLAGS[2:]}
 FIRST_STEP = "trainer: step 1/"  # the first step's log line: printed once it has finished
+# (module, arguments, its exit code): commands that answer from their flags alone.
+FLAG_ANSWERS = [
+    ("trainer.imagenet", ["--help"], 0),
+    ("trainer.mnist", ["--num_epochs=-1"], 64),
+    ("trainer.imagenet", ["--no_such_flag"], 64),
+    ("trainer.data.plan", ["--help"], 0),
+    ("trainer.data.make_shards", ["--help"], 0),
+]
+FLAG_ANSWER_GOAL_S = 1.0
 
 
 def trainer_argv(job_dir: str, trainer: str = "mnist") -> List[str]:
@@ -67,6 +81,34 @@ def timed_start(trainer: str = "mnist", checkout: Path = REPO) -> Tuple[float, f
             raise SystemExit("trainer.{} in {} failed ({}): {}".format(
                 trainer, checkout, process.returncode, err[-2000:]))
         return first_line, first_step
+
+
+def timed_answer(module: str, args: List[str], code: int, checkout: Path = REPO) -> float:
+    """Wall seconds of ``python -m module args`` in ``checkout``, start to exit."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", module] + args, cwd=str(checkout),
+                            env=environ(), capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != code:
+        raise SystemExit("{} {} in {} exited {}, not {}: {}".format(
+            module, " ".join(args), checkout, result.returncode, code, result.stderr[-2000:]))
+    return seconds
+
+
+def print_flag_answers(checkouts: List[Path], runs: int) -> None:
+    """Each ``FLAG_ANSWERS`` command's median wall time in each checkout, interleaved."""
+    print("answers from the flags alone (wall s, median of {}; goal <= {:g} s)".format(
+        runs, FLAG_ANSWER_GOAL_S))
+    for module, args, code in FLAG_ANSWERS:
+        times = {checkout: [] for checkout in checkouts}  # type: dict
+        for number in range(runs):
+            for checkout in (checkouts if number % 2 == 0 else checkouts[::-1]):
+                times[checkout].append(timed_answer(module, args, code, checkout))
+        medians = [statistics.median(times[checkout]) for checkout in checkouts]
+        line = "  {:<45} {:.2f} s".format("{} {}".format(module, " ".join(args)), medians[0])
+        if len(medians) > 1:
+            line += " (baseline {:.2f} s: {:.2f}x)".format(medians[1], medians[0] / medians[1])
+        print(line + ("" if medians[0] <= FLAG_ANSWER_GOAL_S else "  OVER THE GOAL"))
 
 
 def counted_calls() -> str:
@@ -109,6 +151,7 @@ def main() -> int:
             print("  {:<38} {:.3f}x the baseline's".format("", medians[0] / medians[1]))
     if not args.baseline:
         print("  {:<38} {}".format("system calls (strace -f -c)", counted_calls()))
+    print_flag_answers(checkouts, args.runs)
     return 0
 
 

@@ -481,7 +481,8 @@ lint: $(VENV_READY)
 ## cores). bench/spmd.py --reference-examples DIR also runs pytorch/xla's SPMD example.
 BENCHES := launcher startup trainer step_paths spmd data listing run_timing checkpoint_copy \
            checkpoint_write epoch_boundary host_simulation feed_cpu \
-           "decode_pairs --per-class 10 --rounds 3" worker_balance trainer_threads own_loop feed
+           "decode_pairs --per-class 10 --rounds 3" worker_balance trainer_threads own_loop feed \
+           trainer_ceiling
 bench: $(VENV_READY)
 	for bench in $(BENCHES); do \
 	  set -- $$bench; name=$$1; shift; echo "== bench/$$name.py"; \

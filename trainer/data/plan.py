@@ -65,6 +65,16 @@ TRAINER_PROCESS_BYTES = 4 * 10 ** 9
 # and make_shards adds tar headers and a label (what ``--data_dir`` replaces by its own mean).
 IMAGENET_EXAMPLE_BYTES = 110 * 10 ** 3
 CHANNELS = 3
+# CPU per training image, in ms, measured on one 2-core machine (docs/benchmarks.md, "The
+# trainer process at a v6e host's rate"): what ``carry_line`` turns into images/s. The trainer
+# process's side of the input (the stream's hand-over of each step from the step ring, its
+# leases, the epoch loop; its step cut into 16 work units) at a per-host batch of 512, 0.0038
+# and 0.0045 ms in two checkouts of the same code (rounded up here):
+# bench/trainer_ceiling.py, the host placement, without the copy to the device (torch_xla's,
+# measured apart there). A data worker's decode, augmentation and evaluation share at batch
+# 512: bench/feed_cpu.py (2.68 ms).
+TRAINER_MS_PER_IMAGE = 0.004
+WORKER_MS_PER_IMAGE = 2.7
 
 
 @dataclass(frozen=True)
@@ -289,7 +299,25 @@ def plan_lines(plan: Plan) -> List[str]:
                 _size(plan.unit_bytes), held_batches(), _size(plan.batch_bytes),
                 epoch_order.MIXING_STEPS, LOADER_HELD_BATCHES),
             _size(plan.shared_memory), _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
+        carry_line(shape.workers),
     ]
+
+
+def carry_line(workers: int) -> str:
+    """What one core of the trainer process hands over next to what ``workers`` data workers
+    supply, in training images/s, from the CPU each spends per image
+    (``TRAINER_MS_PER_IMAGE``, ``WORKER_MS_PER_IMAGE``): which of the two bounds the host."""
+    carried = 1000 / TRAINER_MS_PER_IMAGE
+    supplied = max(1, workers) * 1000 / WORKER_MS_PER_IMAGE
+    decoders = ("the {} data worker{} supply".format(workers, _s(workers)) if workers
+                else "its own decoding (no data workers) supplies")
+    return ("images/s per host: the trainer process's side of the input carries about {:,.0f} "
+            "on its core ({} ms of CPU an image, the copy to the devices apart); {} about "
+            "{:,.0f} ({} ms an image each): the {} bound{} the host (measured on one machine: "
+            "bench/trainer_ceiling.py, bench/feed_cpu.py)".format(
+                carried, TRAINER_MS_PER_IMAGE, decoders, supplied, WORKER_MS_PER_IMAGE,
+                "decoders" if supplied <= carried else "trainer's side",
+                "" if supplied <= carried else "s"))
 
 
 def _s(count: int) -> str:
@@ -416,6 +444,7 @@ def memory_lines(shape: SliceShape, example_bytes: float) -> List[str]:
             _size(per_worker - WORKER_PROCESS_BYTES), _size(ring), ring_batches(),
             _size(batch_bytes(shape)), _size(TRAINER_PROCESS_BYTES), RUNS_AHEAD + 1,
             _size(fixed - TRAINER_PROCESS_BYTES - ring_batches() * batch_bytes(shape))),
+        carry_line(shape.workers),
     ]
 
 

@@ -127,7 +127,7 @@ def test_without_an_index_it_prints_the_workers_a_host_gets_and_their_memory(cap
     32 GB, the count memory holds, and the memory line adds up to the workers' and the
     ring's figures."""
     assert plan.main(["--host_cores=180", "--host_memory_gb=720", "--devices_per_host=8"]) == 0
-    choice, slice_, memory = capsys.readouterr().out.splitlines()
+    choice, slice_, memory, carry = capsys.readouterr().out.splitlines()
     assert choice.startswith("data workers: 179 (one per core but the trainer's; memory would "
                              "hold 2,")
     assert "the host: 180 cores (--host_cores), 720 GB (--host_memory_gb)" in choice
@@ -139,5 +139,21 @@ def test_without_an_index_it_prints_the_workers_a_host_gets_and_their_memory(cap
                              "271 MB (260 MB its own, 10.9 MB of encoded runs); the step ring "
                              "3.7 GB in /dev/shm (24 local batches of 154 MB)".format(
                                  (fixed + 179 * per_worker) / 1e9))
+    assert carry == plan.carry_line(179)
     assert plan.main(["--host_cores=224", "--host_memory_gb=32", "--devices_per_host=8"]) == 0
     assert capsys.readouterr().out.startswith("data workers: 88 (memory holds only 88: ")
+
+
+def test_what_the_trainer_carries_is_set_next_to_what_its_workers_supply():
+    """From the measured CPU per image of each (docs/benchmarks.md): 179 workers of a v6e
+    host supply about 66,000 images/s, which the trainer's side carries on one core; with no
+    workers the trainer's own decoding is what bounds the host."""
+    line = plan.carry_line(179)
+    assert line.startswith("images/s per host: the trainer process's side of the input "
+                           "carries about {:,.0f} on its core ({} ms of CPU an image".format(
+                               1000 / plan.TRAINER_MS_PER_IMAGE, plan.TRAINER_MS_PER_IMAGE))
+    assert "the 179 data workers supply about 66,296 (2.7 ms an image each): the decoders " \
+           "bound the host" in line
+    assert "its own decoding (no data workers) supplies about 370 " in plan.carry_line(0)
+    # The goal of issue 56: a v6e host's 75,000 images/s within one core of the trainer.
+    assert 1000 / plan.TRAINER_MS_PER_IMAGE >= 75_000

@@ -1,7 +1,10 @@
-"""The flags of ``trainer.train`` (``trainer.own_loop``): the trainers' common flags but those
-about their images and data, with ``--num_workers`` of its own. Imports neither torch nor
-torch_xla: ``trainer.train`` parses them before it imports torch_xla, so that ``--help`` and a
-bad flag answer without loading it."""
+"""Your model and data on the trainers' run, ``trainer.train(model, train_set, eval_set=None,
+loss_fn=None, argv=None)`` (``trainer.own_loop``): the flags it takes.
+
+The trainers' common flags but those about their images and data, with ``--num_workers`` of
+its own. Imports neither torch nor torch_xla: ``trainer.train`` parses them before it imports
+torch_xla, so that ``--help`` and a bad flag answer without loading it; ``--help`` prints the
+first paragraph above."""
 
 from __future__ import annotations
 

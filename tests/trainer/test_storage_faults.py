@@ -44,13 +44,14 @@ def storage_major(request):
     return path
 
 
-def train(proxy, bucket, pythonpath, deadline="8"):
+def train(proxy, bucket, pythonpath, deadline="8", **environ):
     """Run the trainer with its job dir in ``bucket`` through the proxy."""
     job = "gs://{}/job".format(bucket.name)
     result = subprocess.run(
         [sys.executable, "-m", "trainer.mnist", "--job_dir=" + job] + RUN, cwd=str(REPO),
         env=clean_environ(PJRT_DEVICE="CPU", STORAGE_EMULATOR_HOST=proxy.url,
-                          PYTHONPATH=pythonpath, TRAINER_GCS_RETRY_DEADLINE=deadline),
+                          PYTHONPATH=pythonpath, TRAINER_GCS_RETRY_DEADLINE=deadline,
+                          **environ),
         capture_output=True, text=True, timeout=300)
     return result, job
 
@@ -119,17 +120,23 @@ def test_a_checkpoint_that_cannot_be_read_stops_the_run_and_deletes_nothing(
 EVERY_METHOD = ("GET", "POST", "PUT", "DELETE", "PATCH")
 
 
-@pytest.mark.parametrize("methods, retried", [(EVERY_METHOD, True), (("POST", "PUT"), False)],
-                         ids=["every-request", "writes-only"])
-def test_a_refusal_is_exit_77_after_a_short_retry(faulty_gcs, storage_major, methods, retried):
+# The refusal window: the 3 s retry deadline (20 s by default, at most the deadline), or 0.2 s,
+# which the first write comes after on any machine (its first retry would be 0.5 s later).
+@pytest.mark.parametrize("methods, window, retried", [
+    (EVERY_METHOD, "20", True), (("POST", "PUT"), "0.2", False)],
+    ids=["every-request", "writes-only"])
+def test_a_refusal_is_exit_77_after_a_short_retry(faulty_gcs, storage_major, methods, window,
+                                                  retried):
     """403 on every request (an account without the role), or on the writes only (a node
     pool's read-only scopes): exit 77, which the JobSet templates end at once instead of
     re-creating the slice ten times. A refusal from the process's first request on is retried
-    for the refusal window (here the 3 s retry deadline: at 0, 0.5 and 1.5 s); the first write
-    comes after it, and its refusal is final at once."""
+    for the refusal window (here the 3 s retry deadline: at 0, 0.5 and 1.5 s); a write refused
+    after it is final at once. (How soon the first write comes after the first request is the
+    machine's speed: the window is set so that it is after it, whatever the speed.)"""
     gcs, proxy = faulty_gcs
     rule = proxy.add(Rule("job/", methods=methods, status=403))
-    result, job = train(proxy, gcs, storage_major, deadline="3")
+    result, job = train(proxy, gcs, storage_major, deadline="3",
+                        TRAINER_GCS_REFUSAL_RETRY=window)
     assert result.returncode == 77, result.stderr
     error, hint = result.stderr.strip().splitlines()[-2:]
     assert error.startswith("StorageError: GCS refused the request for {}/".format(job)), error

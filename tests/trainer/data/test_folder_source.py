@@ -2,6 +2,8 @@
 batch, each host of a slice loading its part, through the persistent stream (its tests run
 on class folders too: test_stream.py); a file gone mid-run is one data error."""
 
+from collections import defaultdict
+
 import pytest
 import torch
 
@@ -90,8 +92,11 @@ def test_at_imagenet_size_every_host_and_worker_get_bounded_units_covering_the_e
     seen = torch.zeros(files, dtype=torch.int8)
     for host in range(hosts):
         units = list(order_module.units(order, cut, host, 0, workers))
-        for step in range(cut.steps):
-            mine = [pieces for unit_step, _, _, pieces in units if unit_step == step]
+        by_step = defaultdict(list)
+        for unit_step, _, _, pieces in units:
+            by_step[unit_step].append(pieces)
+        assert sorted(by_step) == list(range(cut.steps))
+        for mine in by_step.values():
             assert 1 <= len(mine) <= workers
             assert all(len(pieces) <= bound_rows for pieces in mine)
             assert sum(len(pieces) for pieces in mine) == local

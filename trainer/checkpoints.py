@@ -23,7 +23,7 @@ import io
 import logging
 import math
 import re
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Collection, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -56,6 +56,8 @@ class CheckpointStore:
         self.keep = max(1, keep)
         if writes:
             directory.remove_stale_temporaries()
+        # Tensors a checkpoint may hold nan or inf in (``divergence.given_non_finite``).
+        self.allowed_non_finite: Collection[str] = ()
 
     def steps(self):
         """Steps with a checkpoint, oldest first."""
@@ -132,7 +134,7 @@ class CheckpointStore:
                 raise ValueError("not a trainer checkpoint")
         except Exception as error:  # bytes that are no checkpoint
             return None, "unreadable: {}: {}".format(type(error).__name__, error)
-        bad = non_finite(state)
+        bad = non_finite(state, self.allowed_non_finite)
         if bad is not None:
             return None, "{} holds nan or inf".format(bad)
         return state, None
@@ -159,10 +161,13 @@ def mismatch(model: torch.nn.Module, saved: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def non_finite(state: Any) -> Optional[str]:
+def non_finite(state: Any, allowed: Collection[str] = ()) -> Optional[str]:
     """The name of the first floating-point tensor of ``state`` (nested dicts and lists on the
-    host) that holds nan or inf, or None when every one is finite."""
+    host) that holds nan or inf, or None when every one is finite; the tensors named in
+    ``allowed`` (dotted paths) are not looked at."""
     for name, tensor in named_tensors(state):
+        if name in allowed:
+            continue
         # Summed in float64, finite float32 values cannot overflow (2^128 each, at most 2^64
         # of them, against float64's 2^1024), so the sum is finite exactly when every
         # element is: one pass, and no mask as large as the tensor.

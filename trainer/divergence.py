@@ -13,12 +13,19 @@ same step again with the same flags and data).
 A step whose loss is still finite can leave non-finite weights (its gradient overflowed), so
 the checkpoint writer also looks at the state it is handed (``check_state``), in its own
 thread, off the loop's path: such a checkpoint is not written, and the run stops within a
-step (``checkpoint_writer``), the next step's loss being nan."""
+step (``checkpoint_writer``), the next step's loss being nan.
+
+A buffer the model was given holding nan or inf on purpose (an additive causal mask of
+``-inf``) is no divergence: the buffers that hold such values before training
+(``given_non_finite``) are not judged, in checkpoints, on resume or in ``model.pt``; every
+other buffer is (batch-norm statistics that overflow stop the run as weights do)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Collection, FrozenSet
+
+import torch
 
 from trainer.checkpoints import non_finite
 from trainer.errors import DataError
@@ -41,10 +48,19 @@ def check_loss(state: LoopState, total: float, step: int) -> None:
             "nan" if math.isnan(total) else "inf", steps, finite_until), _HINT)
 
 
-def check_state(snapshot: Any, step: int) -> None:
+def given_non_finite(model: torch.nn.Module) -> FrozenSet[str]:
+    """The names of ``model``'s floating-point buffers that hold nan or inf before it trains
+    (its state-dict names: ``mask``, ``blocks.0.attn.mask``)."""
+    return frozenset(name for name, buffer in model.named_buffers()
+                     if buffer.is_floating_point()
+                     and not math.isfinite(float(buffer.sum(dtype=torch.float64))))
+
+
+def check_state(snapshot: Any, step: int, allowed: Collection[str] = ()) -> None:
     """Raise the run's ``DataError`` if a floating-point tensor of ``snapshot`` (a
-    checkpoint's state on the host, nested dicts and lists) holds nan or inf."""
-    name = non_finite(snapshot)
+    checkpoint's state on the host, nested dicts and lists) but those named in ``allowed``
+    holds nan or inf."""
+    name = non_finite(snapshot, allowed)
     if name is not None:
         raise DataError(
             "the checkpoint of step {} is not written: {} holds nan or inf, though the "
@@ -52,10 +68,11 @@ def check_state(snapshot: Any, step: int) -> None:
             _HINT)
 
 
-def check_model(state_dict: Any, step: int) -> None:
+def check_model(state_dict: Any, step: int, allowed: Collection[str] = ()) -> None:
     """Raise the run's ``DataError`` if a weight of the trained model (its state on the host)
-    holds nan or inf: ``model.pt`` and the summary are written only from numbers."""
-    name = non_finite(state_dict)
+    holds nan or inf (but the buffers named in ``allowed``, ``given_non_finite``'s):
+    ``model.pt`` and the summary are written only from numbers."""
+    name = non_finite(state_dict, allowed)
     if name is not None:
         raise DataError("the model trained to step {} holds nan or inf in {}: model.pt and "
                         "summary.json are not written".format(step, name), _HINT)

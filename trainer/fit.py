@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 import torch
 
-from trainer import devices, restart, stop_signal, xla
+from trainer import devices, divergence, restart, stop_signal, tied_weights, xla
 from trainer.batches import DataSource, RunSchedule
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
@@ -29,7 +29,6 @@ from trainer.config import (
     TrainConfig,
     parse_profile_steps,
 )
-from trainer.divergence import check_model
 from trainer.errors import Preempted
 from trainer.job_totals import JobTotals
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
@@ -38,7 +37,7 @@ from trainer.outputs import STOP, OutputPaths, RunOutputs
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
-from trainer.steps import Steps
+from trainer.steps import Steps, headline_accuracy
 from trainer.summary import GraphCounts, PhaseTimes, summarize
 
 log = logging.getLogger("trainer")
@@ -53,6 +52,8 @@ class TrainSpec:
     data: DataSource
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     topk: Sequence[int] = (1,)
+    # One logit per example against targets 0 and 1: binary accuracy, not top-k (``Steps``).
+    binary: bool = False
     # How many rows of each evaluation batch are examples (``steps.Steps``: evaluation then
     # also reports the loss); None: padding is labelled ``batches.IGNORE_LABEL``.
     eval_rows: Optional[Callable[[int], int]] = None
@@ -75,7 +76,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         counts = GraphCounts()
         dev = xla.device()
         path = xla.step_path(config.step_mode)
-        model = spec.model.to(dev)
+        # Read on the host, before the move: buffers given as nan or inf (a -inf mask).
+        given_non_finite = divergence.given_non_finite(spec.model)
+        model = tied_weights.to_device(spec.model, dev)  # tied parameters stay one
         # A loss that is a Module may hold tensors (CrossEntropyLoss(weight=...)): with the model.
         loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, torch.nn.Module) \
             else spec.loss_fn
@@ -85,10 +88,10 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
-                      config.precision, spec.eval_rows, config.seed)
+                      config.precision, spec.eval_rows, config.seed, spec.binary)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,
-                                               spec.data.identity())
+                                               spec.data.identity(), given_non_finite)
         state = LoopState()
         restored_total = checkpoints.resume(state)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
@@ -147,7 +150,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                 outputs.flush()
                 cache.save()
         trained = to_cpu(model.state_dict(), xla.to_host)
-        check_model(trained, state.global_step)  # model.pt and the summary: numbers only
+        # model.pt and the summary: numbers only (but the buffers given as nan or inf).
+        divergence.check_model(trained, state.global_step, given_non_finite)
         outputs.save_model(trained)
         job = checkpoints.job_totals()
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
@@ -388,8 +392,9 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
                      for name, value in accuracy.items())
     log.info("epoch %d done (step %d): eval %s", state.epoch, state.global_step, line)
     outputs.record("eval", dict(accuracy, epoch=state.epoch), state.global_step)
-    if "top1" in accuracy:
-        outputs.report_hypertune(accuracy["top1"], state.global_step)
+    headline = headline_accuracy(accuracy)
+    if headline is not None:
+        outputs.report_hypertune(headline, state.global_step)
     elif "loss" in accuracy:  # no class scores (``trainer.train``): the loss is the measure
         # Under the default tag a study reads the value as an accuracy, maximised: the loss
         # goes under its own tag then (a study on it minimises ``loss``). A tag the user named

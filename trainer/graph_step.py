@@ -96,6 +96,11 @@ class OneGraphTrainStep:
     buffers (batch-norm statistics) then hold the new values. Returns ``loss_total`` plus the
     batch's loss.
 
+    Only the parameters that require a gradient train, as ``torch.optim`` treats them: a
+    frozen one (``requires_grad=False``, a frozen backbone) is an input of the graph and never
+    an output, gets no gradient, no optimizer state and no weight decay. Which parameters are
+    frozen is read when the step is made (``Steps``, once per run).
+
     The rate is ``rate_at(number)`` (``optim.LearningRate.rate_at``), computed inside the graph
     from a step counter that the graph also advances, so consecutive steps upload nothing but
     their batch; the counter is uploaded only when ``number`` is not the one after the last
@@ -107,10 +112,16 @@ class OneGraphTrainStep:
         self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
         self.autocast = autocast
         self.tensors = ModelTensors(model)
-        self.rule = update_rule(optimizer, self.tensors.parameters)
-        # Parameters, buffers and optimizer state: how many of each, in and out of the graph.
-        self._sizes = (len(self.tensors.parameters), len(self.tensors.buffers),
-                       len(self.tensors.parameters) * self.rule.slots)
+        # The parameters that train, then the frozen ones: the graph's inputs in that order.
+        every = self.tensors.parameters
+        self._order = sorted(range(len(every)), key=lambda index: not every[index].requires_grad)
+        self.trained = [every[index] for index in self._order if every[index].requires_grad]
+        self.frozen = [every[index] for index in self._order if not every[index].requires_grad]
+        self.rule = update_rule(optimizer, self.trained)
+        # Trained and frozen parameters, buffers and optimizer state: how many of each, in
+        # and out of the graph.
+        self._sizes = (len(self.trained), len(self.frozen), len(self.tensors.buffers),
+                       len(self.trained) * self.rule.slots)
         self._graph = TracedPerShape(model, self._step)
         self._counter: Optional[torch.Tensor] = None  # on the device: the next step's number
         self._next_number: Optional[int] = None
@@ -119,27 +130,32 @@ class OneGraphTrainStep:
                  loss_total: torch.Tensor) -> torch.Tensor:
         if number != self._next_number:
             self._counter = xla.device_number(number, x.device, torch.int32)
-        parameters = self.tensors.parameters
-        state = self.tensors.state() + self.rule.read(self.optimizer, parameters)
+        state = (self.trained + self.frozen + self.tensors.buffers
+                 + self.rule.read(self.optimizer, self.trained))
         outputs = self._graph(state, (x, y, self._counter, loss_total))
         new_parameters, new_buffers, new_slots, (loss_total, self._counter) = _split(
-            outputs, *self._sizes)
+            outputs, self._sizes[0], self._sizes[2], self._sizes[3])
         self._next_number = number + 1
-        rebind(parameters, new_parameters)
+        rebind(self.trained, new_parameters)
         rebind(self.tensors.buffers, new_buffers)
-        self.rule.write(self.optimizer, parameters, new_slots, number + 1)
+        self.rule.write(self.optimizer, self.trained, new_slots, number + 1)
         return loss_total
 
     def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The traced function: eager code on the tensors it is given, which it leaves as
         they are; returns the new parameters, buffers and momentum buffers, then the loss
         total and the next step's counter."""
-        parameters, buffers, slots, (x, y, counter, loss_total) = _split(inputs, *self._sizes)
+        parameters, frozen, buffers, slots, (x, y, counter, loss_total) = _split(
+            inputs, *self._sizes)
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
+        # The model's parameters in its own order (``ModelTensors``), frozen ones as given.
+        ordered: List[torch.Tensor] = [torch.empty(0)] * len(self._order)
+        for index, tensor in zip(self._order, leaves + list(frozen)):
+            ordered[index] = tensor
         # The forward updates batch-norm statistics in place: on copies, which it returns.
         buffers = [buffer.clone() for buffer in buffers]
         with self.autocast():
-            loss = self.loss_fn(self.tensors.call(leaves, buffers, x), y)
+            loss = self.loss_fn(self.tensors.call(ordered, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
             rate = self.rate_at(counter.to(torch.float32))[0]

@@ -125,7 +125,9 @@ def run(config: TrainConfig, *, data_override: Optional[DataSource] = None,
         data.close()  # its data workers, if any, started with it
         raise
     loss = torch.nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
-    spec = TrainSpec("imagenet-" + config.model, model, data, loss, topk=(1, 5))
+    # Top-k only where it can miss: top-5 of 5 classes or fewer would count every example.
+    topk = tuple(k for k in (1, 5) if k < num_classes)
+    spec = TrainSpec("imagenet-" + config.model, model, data, loss, topk=topk)
     return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}), topology)
 
 

@@ -67,7 +67,9 @@ def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch
     if config.optimizer == "adamw":
         optimizer = adamw(model, peak, config.weight_decay)  # type: torch.optim.Optimizer
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=config.momentum,
+        # The parameters that train (a frozen one gets no state and no decay on any path).
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad],
+                                    lr=peak, momentum=config.momentum,
                                     weight_decay=config.weight_decay)
     total = config.train_steps(steps_per_epoch)
     rate = LearningRate(optimizer, peak, min(int(config.warmup_epochs * steps_per_epoch), total),

@@ -31,8 +31,10 @@ Evaluation reports ``loss``, the example-weighted mean of ``loss_fn`` over the e
 batches (each batch's loss times its examples, over all examples: exact for a loss that is a
 mean over examples, as the defaults of torch's losses are); the last batch's padding is cut
 off before the loss, whatever the targets' shape or dtype. Where the outputs are class
-scores (``N x C``) and the targets class numbers (integers of shape ``N``), it reports
-``top1`` too. ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
+scores (``N x C``, ``C >= 2``) and the targets class numbers (integers of shape ``N``), it
+reports ``top1`` too (and ``top5`` above 5 classes); where they are one logit per example
+against targets 0 and 1, ``accuracy`` (the logit's sign against the target:
+``accuracy_kind``). ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
 
 A resumed run ends on the weights an uninterrupted run reaches, dropout included: each
 training step's device draws are seeded from ``--seed`` and the step's number
@@ -41,7 +43,7 @@ training step's device draws are seeded from ``--seed`` and the step's number
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -84,11 +86,11 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
 
     source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
                            resolve_workers(config.num_workers), topology.devices)
-    topk = first_step_check(model, loss_fn, source.sample)
+    topk, binary = first_step_check(model, loss_fn, source.sample)
     if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
         first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR)
     spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn, topk=topk,
-                     eval_rows=source.real_rows)
+                     binary=binary, eval_rows=source.real_rows)
     return fit(config, spec, paths, topology)
 
 
@@ -115,13 +117,13 @@ def check_loss(loss_fn: Optional[Callable]) -> Callable:
 
 
 def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
-                     name: str = "train_set", exit_code: int = EX_USAGE) -> List[int]:
+                     name: str = "train_set", exit_code: int = EX_USAGE
+                     ) -> Tuple[List[int], bool]:
     """Run ``model`` and ``loss_fn`` once on ``sample`` (the first items of set ``name``)
     where the model is, in evaluation mode (no dropout draws, no batch-norm statistics
     change), so that a model that does not take the inputs, or a loss that is not a scalar,
-    stops the run with one line (``exit_code``) before anything compiles. Returns the top-k
-    to report: (1,) where the outputs are class scores (N x C) against class numbers
-    (integers of shape N), else none."""
+    stops the run with one line (``exit_code``) before anything compiles. Returns what
+    evaluation reports (``accuracy_kind``)."""
     x, y = sample
     fix = ("" if name == "train_set" else
            "; {}'s items must be what train_set's are: inputs and targets of the same shapes "
@@ -159,9 +161,30 @@ def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
                            "items".format(what, name),
                            "reduce it to one number per batch, e.g. reduction='mean'" + fix,
                            exit_code)
-    classes = (isinstance(outputs, torch.Tensor) and outputs.dim() == 2
-               and y.dim() == 1 and not y.dtype.is_floating_point and y.dtype != torch.bool)
-    return [1] if classes else []
+    return accuracy_kind(outputs, y, loss_fn)
+
+
+def accuracy_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[List[int], bool]:
+    """(the top-k to report, whether to report binary accuracy) for a model's ``outputs`` on
+    targets ``y``, so that an accuracy means what its name says:
+
+    - class scores ``N x C`` with ``C >= 2`` against class numbers (integers of shape N):
+      top-1, and top-5 where there are more than 5 classes;
+    - one logit per example (``N`` or ``N x 1``) against targets 0 and 1, integers (or
+      booleans), or floats under a binary cross-entropy with logits: binary accuracy;
+    - anything else: none (the loss alone)."""
+    if not isinstance(outputs, torch.Tensor) or not outputs.dtype.is_floating_point:
+        return [], False
+    rows = len(y) if y.dim() else 0
+    integers = not y.dtype.is_floating_point
+    if (outputs.dim() == 2 and outputs.shape[1] >= 2 and y.dim() == 1 and integers
+            and y.dtype != torch.bool):
+        return [k for k in (1, 5) if k < outputs.shape[1]], False
+    one_logit = outputs.numel() == rows and outputs.dim() in (1, 2) and rows > 0
+    zero_one = y.numel() == rows and bool(((y == 0) | (y == 1)).all())
+    bce = isinstance(loss_fn, torch.nn.BCEWithLogitsLoss) or \
+        loss_fn is torch.nn.functional.binary_cross_entropy_with_logits
+    return [], bool(one_logit and zero_one and (integers or bce))
 
 
 def _first_line(error: BaseException) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Collection, Dict, List, Optional
 
 import torch
 
@@ -39,8 +39,14 @@ class RunCheckpoints:
     def __init__(self, store: Optional[CheckpointStore], steps: Steps,
                  topology: Topology = ONE_DEVICE, batch_size: int = 0,
                  data_layout: Optional[Dict[str, int]] = None,
-                 data_identity: Optional[Dict[str, Any]] = None) -> None:
+                 data_identity: Optional[Dict[str, Any]] = None,
+                 given_non_finite: Collection[str] = ()) -> None:
         self.store, self.steps = store, steps
+        # The model's buffers that held nan or inf before training (``divergence``): not
+        # judged in a checkpoint written or read.
+        self.allowed_non_finite = frozenset("model." + name for name in given_non_finite)
+        if store is not None:
+            store.allowed_non_finite = self.allowed_non_finite
         self.topology, self.batch_size = topology, batch_size
         self.global_batch = topology.global_batch(batch_size)
         self.data_layout = data_layout
@@ -60,16 +66,20 @@ class RunCheckpoints:
     def for_paths(cls, paths: OutputPaths, keep: int, steps: Steps,
                   topology: Topology = ONE_DEVICE, batch_size: int = 0,
                   data_layout: Optional[Dict[str, int]] = None,
-                  data_identity: Optional[Dict[str, Any]] = None) -> "RunCheckpoints":
+                  data_identity: Optional[Dict[str, Any]] = None,
+                  given_non_finite: Collection[str] = ()) -> "RunCheckpoints":
         """``data_layout``: what besides the seed and the global batch the data order
         depends on (``DataSource.layout``); ``data_identity``: which examples the training
-        split holds (``DataSource.identity()``); both checked on resume."""
+        split holds (``DataSource.identity()``); both checked on resume.
+        ``given_non_finite``: ``divergence.given_non_finite`` of the model."""
         directory = checkpoint_directory(paths)
         if directory is None:
             log.warning("no --job_dir (nor AIP_CHECKPOINT_DIR): checkpoints are not written")
-            return cls(None, steps, topology, batch_size, data_layout, data_identity)
-        store = CheckpointStore(directory, keep=keep, writes=topology.writes_outputs)
-        return cls(store, steps, topology, batch_size, data_layout, data_identity)
+            store = None
+        else:
+            store = CheckpointStore(directory, keep=keep, writes=topology.writes_outputs)
+        return cls(store, steps, topology, batch_size, data_layout, data_identity,
+                   given_non_finite)
 
     def resume(self, state: LoopState) -> float:
         """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
@@ -204,7 +214,7 @@ class RunCheckpoints:
             def write() -> None:
                 if upload is not None:
                     upload()
-                check_state(snapshot, step)
+                check_state(snapshot, step, self.allowed_non_finite)
                 self._write(step, snapshot)
 
             self.writer.submit(write, "checkpoint " + uri)

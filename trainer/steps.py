@@ -26,6 +26,16 @@ Counts = Tuple[List[torch.Tensor], torch.Tensor]
 _SEED_STRIDE = 2 ** 31
 
 
+# ``Steps.results``' name for a binary classifier's accuracy (``binary``).
+BINARY_ACCURACY = "accuracy"
+
+
+def headline_accuracy(results: Dict[str, float]) -> Optional[float]:
+    """The run's accuracy in ``Steps.results``: top-1 of class scores, or a binary
+    classifier's accuracy; None where the outputs are neither (only a loss)."""
+    return results.get("top1", results.get(BINARY_ACCURACY))
+
+
 class Steps:
     """``train(x, y, loss_total)`` and ``evaluate(x, y, counts)`` for one model; ``path``
     says which way they run (``xla.LAZY`` or ``xla.COMPILED``).
@@ -37,14 +47,22 @@ class Steps:
     that are no class scores) and sums the loss too: ``loss_fn`` of the cut batch times its
     rows, so ``results`` reports the example-weighted mean of ``loss_fn`` over the batches
     (exact for losses that are means over examples). A batch cut short runs lazily, one more
-    graph."""
+    graph.
+
+    ``binary``: the outputs are one logit per example against targets 0 and 1, and evaluation
+    counts ``accuracy``, the share of examples whose logit is on their target's side of 0,
+    instead of top-k (empty then)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
                  path: str, precision: str = xla.FP32,
-                 eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0) -> None:
+                 eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0,
+                 binary: bool = False) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
+        self.binary = binary
+        # What each hit count is reported as (``results``), in the order of the counts.
+        self.metric_names = [BINARY_ACCURACY] if binary else ["top{}".format(k) for k in topk]
         self.eval_rows = eval_rows
         self._seeds = seed * _SEED_STRIDE  # training step n's device draws: from this + n
         self._eval_batch = 0  # the next evaluation batch's number (``eval_rows``)
@@ -101,7 +119,8 @@ class Steps:
         if not count:
             log.warning("evaluation counted no example: no top-1 and no loss to report")
             return {}
-        results = {"top{}".format(k): total / count for total, k in zip(fetched[1:], self.topk)}
+        results = {name: total / count
+                   for total, name in zip(fetched[1:], self.metric_names)}
         if self.eval_rows is not None:
             results["loss"] = fetched[-1] / count
         return results
@@ -130,7 +149,13 @@ class Steps:
         if self.eval_rows is not None and self._rows != len(y):
             scores, y = cut_rows(scores, len(y), self._rows), y[:self._rows]
         correct: List[torch.Tensor] = []
-        if self.topk:
+        if self.binary:
+            logits = scores.reshape(len(y), -1)[:, 0]
+            targets = y.reshape(len(y), -1)[:, 0]
+            # Padding labels (-1) never match.
+            hits = (logits > 0).eq(targets > 0.5) & (targets >= 0)
+            correct = [totals[0] + hits.sum()]
+        elif self.topk:
             # With fewer than k classes, top-k counts every prediction as a hit.
             predictions = scores.topk(min(max(self.topk), scores.shape[1]), dim=1).indices
             hits = predictions.eq(y.view(-1, 1))  # padding labels (-1) never match
@@ -146,7 +171,7 @@ class Steps:
         """Evaluation counts at zero, as device data (``xla.device_number``): the top-k
         hits [and the loss sum], then the examples seen."""
         self._eval_batch = 0
-        sums = [xla.device_number(0, self.device, torch.int64) for _ in self.topk]
+        sums = [xla.device_number(0, self.device, torch.int64) for _ in self.metric_names]
         if self.eval_rows is not None:
             sums.append(xla.device_number(0, self.device, torch.float32))
         return sums, xla.device_number(0, self.device, torch.int64)

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from trainer import xla
 from trainer.loop import LoopState
+from trainer.steps import headline_accuracy
 
 log = logging.getLogger("trainer")
 
@@ -60,7 +61,7 @@ def summarize(name: str, device_kind: str, step_path: str, state: LoopState, bat
         "trainer": name,
         "device": device_kind,
         "step_path": step_path,
-        "final_accuracy": accuracy.get("top1"),
+        "final_accuracy": headline_accuracy(accuracy),
         "final_top5": accuracy.get("top5"),
         "epochs": state.epoch,
         "global_step": state.global_step,

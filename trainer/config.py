@@ -72,6 +72,7 @@ class TrainConfig:
     devices: str = AUTO_DEVICES
     precision: str = "fp32"
     optimizer: str = "sgd"
+    clip_grad_norm: float = 0.0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -93,7 +94,7 @@ class TrainConfig:
                     name, getattr(TrainConfig, name)))
         non_negative = ("lr", "lr_batch", "momentum", "weight_decay", "warmup_epochs", "log_steps",
                         "num_steps", "max_steps", "checkpoint_steps", "checkpoint_minutes",
-                        "checkpoint_epochs", "eval_batch_size")
+                        "checkpoint_epochs", "eval_batch_size", "clip_grad_norm")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
@@ -205,6 +206,9 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                      "biases and normalization weights, and DeiT's defaults where --lr, "
                      "--lr_batch, --weight_decay are not given: 0.0005 per 512 examples, 0.05",
         "weight_decay": "L2 weight decay",
+        "clip_grad_norm": "clip the gradients to this global L2 norm before each update, as "
+                          "torch.nn.utils.clip_grad_norm_ does over every trained parameter on "
+                          "every device (0: no clipping)",
         "warmup_epochs": "linear learning-rate warmup, in epochs (then cosine decay)",
         "label_smoothing": "label smoothing of the cross-entropy loss",
         "log_steps": "log a progress line every N steps (0: only per epoch)",

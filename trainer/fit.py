@@ -88,7 +88,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
-                      config.precision, spec.eval_rows, config.seed, spec.binary)
+                      config.precision, spec.eval_rows, config.seed, spec.binary,
+                      config.clip_grad_norm)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)

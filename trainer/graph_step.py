@@ -108,9 +108,10 @@ class OneGraphTrainStep:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.SGD,
                  loss_fn: LossFunction, rate_at: Callable[[torch.Tensor], torch.Tensor],
-                 autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], Any] = contextlib.nullcontext,
+                 clip_norm: float = 0.0) -> None:
         self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
-        self.autocast = autocast
+        self.autocast, self.clip_norm = autocast, clip_norm
         self.tensors = ModelTensors(model)
         # The parameters that train, then the frozen ones: the graph's inputs in that order.
         every = self.tensors.parameters
@@ -158,6 +159,8 @@ class OneGraphTrainStep:
             loss = self.loss_fn(self.tensors.call(ordered, buffers, x), y)
         gradients = torch.autograd.grad(loss, leaves)
         with torch.no_grad():
+            if self.clip_norm:
+                gradients = clipped(gradients, self.clip_norm)
             rate = self.rate_at(counter.to(torch.float32))[0]
             new_parameters, new_slots = self.rule.update(parameters, gradients, slots, rate,
                                                          counter)
@@ -187,6 +190,16 @@ class OneGraphEvalStep:
             with self.autocast():
                 scores = self.tensors.call(parameters, buffers, x)
             return tuple(self.count(scores, y, totals))
+
+
+def clipped(gradients: Tensors, max_norm: float) -> List[torch.Tensor]:
+    """``gradients`` scaled as ``torch.nn.utils.clip_grad_norm_(..., max_norm)`` scales them:
+    by ``max_norm / (norm + 1e-6)`` where that is below 1, ``norm`` being the L2 norm of all
+    of them together (under SPMD each gradient is the whole tensor: the norm is global)."""
+    norm = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g) for g in gradients]))
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    return [gradient * scale.to(gradient.dtype) for gradient in gradients]
 
 
 def _split(tensors: Tensors, *sizes: int) -> List[Tensors]:

@@ -57,10 +57,11 @@ class Steps:
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
                  path: str, precision: str = xla.FP32,
                  eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0,
-                 binary: bool = False) -> None:
+                 binary: bool = False, clip_norm: float = 0.0) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary
+        self.clip_norm = clip_norm  # --clip_grad_norm (0: none)
         # What each hit count is reported as (``results``), in the order of the counts.
         self.metric_names = [BINARY_ACCURACY] if binary else ["top{}".format(k) for k in topk]
         self.eval_rows = eval_rows
@@ -72,7 +73,7 @@ class Steps:
         self.autocast = xla.mixed_precision(precision)
         if path == xla.COMPILED:
             self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at,
-                                            self.autocast)
+                                            self.autocast, clip_norm)
             self._count_batch = OneGraphEvalStep(model, self._count, self.autocast)
         else:
             self._train = self._lazy_train_step
@@ -132,6 +133,10 @@ class Steps:
         with self.autocast():
             loss = self.loss_fn(self.model(x), y)
         loss.backward()
+        if self.clip_norm:
+            torch.nn.utils.clip_grad_norm_(
+                [p for group in self.optimizer.param_groups for p in group["params"]],
+                self.clip_norm)
         self.optimizer.step()
         return loss_total + loss.detach()
 

@@ -23,6 +23,7 @@ from trainer import mnist, xla  # noqa: E402
 from trainer.graph_step import (  # noqa: E402
     OneGraphTrainStep,
     adamw_step,
+    clipped,
     sgd_settings,
     sgd_step,
 )
@@ -77,6 +78,25 @@ def test_the_adamw_update_is_torch_adamw_with_a_changing_rate_in_float64():
         assert torch.allclose(mine, reference.detach(), rtol=1e-12, atol=1e-14)
         assert torch.allclose(avg, optimizer.state[reference]["exp_avg"], rtol=1e-12)
         assert torch.allclose(sq, optimizer.state[reference]["exp_avg_sq"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])
+def test_clipping_is_torch_clip_grad_norm_in_float64(max_norm):
+    """--clip_grad_norm in the graph: the gradients scaled as ``clip_grad_norm_`` scales them,
+    over all of them together; a norm above every gradient's leaves them as they are."""
+    generator = torch.Generator().manual_seed(0)
+    gradients = [torch.randn(4, 3, generator=generator, dtype=torch.float64) * 3,
+                 torch.randn(5, generator=generator, dtype=torch.float64)]
+    theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in gradients]
+    for parameter, gradient in zip(theirs, gradients):
+        parameter.grad = gradient.clone()
+    torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    for mine, reference in zip(clipped(gradients, max_norm), theirs):
+        assert torch.allclose(mine, reference.grad, rtol=1e-15, atol=0)
+    norm = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in gradients])))
+    total = float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in theirs])))
+    # Clipped to the bound (within clip_grad_norm_'s 1e-6 in the divisor), or untouched.
+    assert total == pytest.approx(min(norm, max_norm), rel=1e-5)
 
 
 @pytest.mark.parametrize("options", [dict(nesterov=True, momentum=0.9), dict(dampening=0.1),

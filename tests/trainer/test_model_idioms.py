@@ -183,3 +183,30 @@ def test_a_one_logit_binary_classifier_reports_its_accuracy_not_the_share_of_lab
 def test_what_evaluation_reports_is_what_the_outputs_and_targets_mean(
         outputs, targets, loss, expected):
     assert accuracy_kind(outputs, targets, loss) == expected
+
+
+def test_clip_grad_norm_trains_the_same_weights_on_both_step_paths(tmp_path):
+    """--clip_grad_norm: the compiled step's clipping is the lazy step's ``clip_grad_norm_``,
+    within 1e-5 of the weights' movement (float64; the one difference by design is the
+    compiled graph's float32 rate, relative error below 2.4e-7: tests/trainer/agreement.py),
+    and it clips (unclipped lands over 100 times further away)."""
+    x = torch.randn(48, FEATURES, generator=torch.Generator().manual_seed(5),
+                    dtype=torch.float64) * 10
+    data = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())
+
+    def trained(step_mode, clip):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(FEATURES, CLASSES).double()
+        train(model, tmp_path / "{}-{}".format(step_mode, clip), None, data, data,
+              step_mode=step_mode, clip_grad_norm=clip, num_epochs=1, lr=1.0)
+        return torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
+
+    torch.manual_seed(0)
+    start = torch.cat([p.detach().flatten()
+                       for p in torch.nn.Linear(FEATURES, CLASSES).double().parameters()])
+    lazy, compiled = trained("lazy", 0.05), trained("compiled", 0.05)
+    unclipped = trained("lazy", 0.0)
+    moved = float((lazy - start).abs().max())
+    apart = float((lazy - compiled).abs().max())
+    assert apart <= 1e-5 * moved
+    assert float((lazy - unclipped).abs().max()) > 100 * 1e-5 * moved

@@ -19,7 +19,7 @@ from launcher.init import DEFAULT_INIT_MODE, Handover, find_init, plan_handover
 from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms import detect_platform
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
-from launcher.report import format_assignments, format_command
+from launcher.report import format_assignments, format_command, printable
 from launcher.runtime import XlaRuntime, detect_runtime
 from launcher.runtime_env import RuntimeEnv, check_supported, runtime_env
 from launcher.tpu_wait import WaitPolicy, wait_until_ready
@@ -144,6 +144,16 @@ def trainer_command(options: LaunchOptions) -> Tuple[str, ...]:
                          'use e.g. LAUNCHER_TRAINER="python -m trainer.mnist"')
     if command[0] in _PYTHON_NAMES:
         command[0] = sys.executable
+    first = options.trainer_args[0] if options.trainer_args else ""
+    if not options.command and first and not first.startswith("-") and \
+            is_bundled_trainer(command):
+        # The bundled trainers take flags only: a word here is a command whose "--" was
+        # forgotten (``python -m launcher python train.py``), which would run the trainer.
+        raise UsageError(
+            "{!r} is not a flag of the trainer ({}): a command of your own goes after "
+            "--".format(printable(first), options.trainer),
+            "python -m launcher -- {} (the launcher's options, if any, before the --)".format(
+                format_command(options.trainer_args)))
     return tuple(command)
 
 

@@ -94,11 +94,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                                config.batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)
         state = LoopState()
-        restored_total = checkpoints.resume(state)
+        train_steps = config.train_steps(steps_per_epoch)
+        restored_total = checkpoints.resume(state, train_steps)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
                                                    hypertune_tag=config.hypertune_metric,
                                                    writes=writes, uploads=checkpoints.writer))
-        train_steps = config.train_steps(steps_per_epoch)
         log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs%s", spec.name,
                  topology.describe(), xla.device_kind(dev), path, config.precision,
                  steps_per_epoch, config.epochs(steps_per_epoch),

@@ -126,7 +126,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                config.train_steps(steps_per_epoch), outputs.record,
                                counts.compiled, _input_setup(config, spec.data),
-                               initial_total=restored_total)
+                               initial_total=restored_total,
+                               rate_at=steps.learning_rate.value)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
         # A stop that ends the process from another thread (``stop_signal``: inside a long

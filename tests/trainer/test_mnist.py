@@ -2,6 +2,7 @@
 real digits on both step paths, gs:// job dir and data through fake-gcs-server, hypertune."""
 
 import json
+import math
 import os
 
 import pytest
@@ -29,6 +30,9 @@ def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     lines = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     assert [(line["kind"], line["step"]) for line in lines] == [
         ("train", 2), ("train", 4), ("train", 6), ("eval", 6)]
+    # The rate of each window's last step: the peak 0.05 x 32 / 64, cosine over 6 steps.
+    assert [line["learning_rate"] for line in lines[:3]] == pytest.approx(
+        [0.025 * 0.5 * (1 + math.cos(math.pi * (step - 1) / 6)) for step in (2, 4, 6)])
     assert json.loads((job / "summary.json").read_text())["global_step"] == 6
     assert (job / "model.pt").stat().st_size > 0
     assert [p.name for p in (job / "checkpoints").iterdir()] == ["ckpt-000000006.pt"]

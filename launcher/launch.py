@@ -7,6 +7,7 @@ it. Keeping it free of printing and exec makes each step testable with plain val
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import sys
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from launcher.init import DEFAULT_INIT_MODE, Handover, find_init, plan_handover
 from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms import detect_platform
 from launcher.platforms.base import TPU_NODE, Platform, TpuNodeRef
-from launcher.report import format_assignments, format_command
+from launcher.report import format_assignments, format_command, printable
 from launcher.runtime import XlaRuntime, detect_runtime
 from launcher.runtime_env import RuntimeEnv, check_supported, runtime_env
 from launcher.tpu_wait import WaitPolicy, wait_until_ready
@@ -112,7 +113,27 @@ def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
     unset = tuple(name for name in RUNTIME_VARIABLES
                   if name in environ and not environ[name].strip()) + plan.stale
     kept = tuple((name, value) for name, value in plan.env.kept if environ.get(name) != value)
-    return kept + plan.env.exports, unset
+    return kept + plan.env.exports + user_name(environ), unset
+
+
+# Where Python's getpass.getuser() looks before the password database.
+_USER_VARIABLES = ("LOGNAME", "USER", "LNAME", "USERNAME")
+
+
+def user_name(environ: Mapping[str, str], uid: Optional[int] = None
+              ) -> Tuple[Tuple[str, str], ...]:
+    """``USER`` for a process whose uid has no entry in ``/etc/passwd`` and no user variable
+    set (``docker run --user 1000``, a pod's ``runAsUser``): torch's import asks
+    ``getpass.getuser()``, which raises ``KeyError`` there and ended the trainer with a
+    traceback. Empty where a name is found."""
+    if any(environ.get(name) for name in _USER_VARIABLES):
+        return ()
+    uid = os.getuid() if uid is None else uid
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return (("USER", "uid{}".format(uid)),)
+    return ()
 
 
 def resolve_tpu_node(node: TpuNodeRef, policy: WaitPolicy, log: Callable[[str], None]) -> str:
@@ -144,6 +165,16 @@ def trainer_command(options: LaunchOptions) -> Tuple[str, ...]:
                          'use e.g. LAUNCHER_TRAINER="python -m trainer.mnist"')
     if command[0] in _PYTHON_NAMES:
         command[0] = sys.executable
+    first = options.trainer_args[0] if options.trainer_args else ""
+    if not options.command and first and not first.startswith("-") and \
+            is_bundled_trainer(command):
+        # The bundled trainers take flags only: a word here is a command whose "--" was
+        # forgotten (``python -m launcher python train.py``), which would run the trainer.
+        raise UsageError(
+            "{!r} is not a flag of the trainer ({}): a command of your own goes after "
+            "--".format(printable(first), options.trainer),
+            "python -m launcher -- {} (the launcher's options, if any, before the --)".format(
+                format_command(options.trainer_args)))
     return tuple(command)
 
 

@@ -101,9 +101,13 @@ def image_size(name: str) -> int:
 
 def run_container(image: str, *args: str, env: Dict[str, str] = None,
                   volumes: Dict[str, str] = None, network: str = "host",
-                  entrypoint: str = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``docker run --rm`` with ``-e`` variables and ``-v host:container`` mounts."""
+                  entrypoint: str = None, timeout: float = 600,
+                  user: str = None) -> subprocess.CompletedProcess:
+    """``docker run --rm`` with ``-e`` variables and ``-v host:container`` mounts (``user``:
+    ``--user``)."""
     command = ["run", "--rm", "--network", network]
+    if user is not None:
+        command += ["--user", user]
     if entrypoint is not None:
         command += ["--entrypoint", entrypoint]
     for key, value in (env or {}).items():

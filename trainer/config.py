@@ -5,6 +5,7 @@ tests build one directly."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -65,6 +66,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     hypertune_metric: str = DEFAULT_HYPERTUNE_METRIC
     model: str = "resnet50"
+    model_kwargs: str = ""
     image_size: int = 224
     eval_batch_size: int = 0
     step_mode: str = "auto"
@@ -135,6 +137,7 @@ class TrainConfig:
             raise TrainerError("--smoke trains one step; --max_steps={} asks for more".format(
                 self.max_steps), "drop one of them: --max_steps=N alone trains N steps")
         parse_profile_steps(self.profile_steps)
+        parse_model_kwargs(self.model_kwargs)
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
                 self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "
@@ -188,6 +191,22 @@ def parse_profile_steps(text: str) -> Optional[Tuple[int, int]]:
                        "(after compilation)", EX_USAGE)
 
 
+def parse_model_kwargs(text: str) -> Dict[str, Any]:
+    """The ``--model_kwargs`` value: keyword arguments for ``--model``'s constructor, a JSON
+    object (empty: none); anything else is a usage error naming the flag."""
+    if not str(text).strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        value = error
+    if not isinstance(value, dict):
+        raise TrainerError("--model_kwargs must be a JSON object of keyword arguments, got "
+                           "{!r}".format(text), "e.g. --model_kwargs='{\"drop_path_rate\": "
+                           "0.1}'", EX_USAGE)
+    return value
+
+
 def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                         **defaults: Any) -> None:
     """Define the shared flags in ``flag_values``, except ``exclude``; ``defaults`` override
@@ -238,6 +257,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "hypertune_metric": "metric tag reported to hyperparameter tuning",
         "model": "a torchvision classification model (resnet50, vit_b_16, convnext_tiny, ...) "
                  "or your own as PACKAGE.MODULE:CALLABLE (docs/trainers.md)",
+        "model_kwargs": "keyword arguments for --model's constructor or callable, as a JSON "
+                        "object (e.g. '{\"drop_path_rate\": 0.1}'; timm's --model-kwargs)",
         "image_size": "training image size in pixels",
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
         "step_mode": "how steps run: auto (compiled where torch_xla >= 2.1 can, else lazy), "

@@ -94,11 +94,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                                config.batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)
         state = LoopState()
-        restored_total = checkpoints.resume(state)
+        train_steps = config.train_steps(steps_per_epoch)
+        restored_total = checkpoints.resume(state, train_steps)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
                                                    hypertune_tag=config.hypertune_metric,
                                                    writes=writes, uploads=checkpoints.writer))
-        train_steps = config.train_steps(steps_per_epoch)
         log.info("%s on %s (%s), %s steps in %s: %d steps/epoch x %d epochs%s", spec.name,
                  topology.describe(), xla.device_kind(dev), path, config.precision,
                  steps_per_epoch, config.epochs(steps_per_epoch),
@@ -126,7 +126,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                config.train_steps(steps_per_epoch), outputs.record,
                                counts.compiled, _input_setup(config, spec.data),
-                               initial_total=restored_total)
+                               initial_total=restored_total,
+                               rate_at=steps.learning_rate.value)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
         # A stop that ends the process from another thread (``stop_signal``: inside a long

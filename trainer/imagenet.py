@@ -40,7 +40,7 @@ import torch
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices, models
 from trainer.batches import DataSource, FakeSource
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, parse_model_kwargs
 from trainer.fit import TrainSpec, fit
 from trainer.outputs import OutputPaths
 
@@ -58,8 +58,8 @@ def build_model(config: TrainConfig, num_classes: int, global_batch: int = 2
                 ) -> torch.nn.Module:
     """``--model`` for ``num_classes`` classes and ``--image_size`` (``trainer.models``); a
     size the model's constructor refuses is a usage error naming both flags."""
-    model = models.build_checked(config.model, models.builder(config.model), num_classes,
-                                 global_batch, config.image_size)
+    model = models.build_checked(config.model, _builder(config), num_classes, global_batch,
+                                 config.image_size)
     # uint8 images become normalized floats on the device, as the model's first step; a hook,
     # so the model and its saved weights stay the model's own (which take normalized floats).
     model.register_forward_pre_hook(_normalize_uint8)
@@ -70,8 +70,13 @@ def check_model(config: TrainConfig, model: torch.nn.Module, num_classes: int,
                 global_batch: int) -> None:
     """Refuse, before anything compiles, a ``model`` that cannot train on the run's images
     (``trainer.models.check_input``): one line naming the flag to change, exit 64."""
-    models.check_input(config.model, model, models.builder(config.model), num_classes,
-                       global_batch, config.image_size)
+    models.check_input(config.model, model, _builder(config), num_classes, global_batch,
+                       config.image_size)
+
+
+def _builder(config: TrainConfig) -> models.Builder:
+    """What ``--model`` and ``--model_kwargs`` build."""
+    return models.builder(config.model, parse_model_kwargs(config.model_kwargs))
 
 
 def _normalize_uint8(module: torch.nn.Module, args: tuple) -> Optional[tuple]:

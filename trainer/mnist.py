@@ -18,7 +18,8 @@ from trainer.config import FLAGS, define_common_flags
 
 
 def define_flags(flag_values: Any = FLAGS) -> None:
-    define_common_flags(exclude=("model", "image_size", "label_smoothing", "num_workers"),
+    define_common_flags(exclude=("model", "model_kwargs", "image_size", "label_smoothing",
+                                 "num_workers"),
                         flag_values=flag_values)
 
 

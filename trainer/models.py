@@ -28,11 +28,12 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+import json
 from typing import Any, Callable, Dict, Iterable, Optional
 
 import torch
 
-from trainer.errors import TrainerError
+from trainer.errors import EX_USAGE, TrainerError
 
 # torchvision's classification models in the pjrt image (torchvision 0.24,
 # ``list_models(module=torchvision.models)``): a name here that an older torchvision lacks (the
@@ -91,15 +92,22 @@ def torchvision_names() -> Iterable[str]:
                                                                     None))]
 
 
-def builder(name: str) -> Builder:
-    """The ``Builder`` (``(num_classes, image_size) -> Module``) that ``--model=name`` names;
-    a ``TrainerError`` for a name that builds nothing here."""
+def builder(name: str, extra: Optional[Dict[str, Any]] = None) -> Builder:
+    """The ``Builder`` (``(num_classes, image_size) -> Module``) that ``--model=name`` names,
+    passing ``extra`` keyword arguments (``--model_kwargs``) to its constructor or callable;
+    a ``TrainerError`` for a name that builds nothing here, or ``extra`` that it refuses."""
+    extra = dict(extra or {})
+    taken = sorted(set(extra) & ({"num_classes"} | set(SIZE_KEYWORDS)))
+    if taken:
+        raise TrainerError("--model_kwargs sets {}, which the trainer sets itself".format(
+            taken[0]), "leave it out: num_classes comes from the data, the image size from "
+            "--image_size", EX_USAGE)
     if ":" in name:
-        return _user_builder(name)
+        return _user_builder(name, extra)
     import torchvision
 
     if name in torchvision_names():
-        return _torchvision_builder(name)
+        return _torchvision_builder(name, extra)
     if name in TORCHVISION_MODELS:
         raise TrainerError(
             "--model={}: torchvision {} here has no such model".format(
@@ -111,19 +119,21 @@ def builder(name: str) -> Builder:
         "(docs/trainers.md lists the models)")
 
 
-def _torchvision_builder(name: str) -> Builder:
+def _torchvision_builder(name: str, extra: Dict[str, Any]) -> Builder:
     import torchvision
 
     make = getattr(torchvision.models, name)
 
     def build_torchvision(num_classes: int, image_size: int) -> torch.nn.Module:
-        kwargs = dict(WITHOUT_AUX.get(name, {}), num_classes=num_classes)
+        kwargs = dict(WITHOUT_AUX.get(name, {}), num_classes=num_classes, **extra)
         if name.startswith("vit_"):
             kwargs["image_size"] = image_size
         elif name.startswith("maxvit_"):
             kwargs["input_size"] = (image_size, image_size)
         try:
             return make(**kwargs)
+        except TypeError as error:  # torchvision passes them on to the model's class
+            raise refused_keywords(name, extra, error)
         except (AssertionError, ValueError, RuntimeError) as error:
             # ViT: "Input shape indivisible by patch size!"; MaxViT: a partition that does
             # not divide its block's input.
@@ -134,7 +144,16 @@ def _torchvision_builder(name: str) -> Builder:
     return Builder(build_torchvision, name.startswith(("vit_", "maxvit_")))
 
 
-def _user_builder(name: str) -> Builder:
+def refused_keywords(name: str, extra: Dict[str, Any], error: BaseException) -> TrainerError:
+    """The usage error of a constructor that refused a call: one naming ``--model_kwargs``
+    where it was given some, else its own cause."""
+    return TrainerError("--model={} refused --model_kwargs={}: {}".format(
+        name, json.dumps(extra, sort_keys=True), cause(error)) if extra else
+        "--model={} cannot be built: {}".format(name, cause(error)),
+        "pass only keyword arguments its constructor takes (docs/trainers.md)", EX_USAGE)
+
+
+def _user_builder(name: str, extra: Dict[str, Any]) -> Builder:
     module_name, _, attribute = name.partition(":")
     if not module_name or not attribute or ":" in attribute:
         raise TrainerError("--model={} is not PACKAGE.MODULE:CALLABLE".format(name),
@@ -160,9 +179,14 @@ def _user_builder(name: str) -> Builder:
             name, attribute, type(target).__name__), "name the function or class that builds "
             "the model")
     size_keyword = _size_keyword(target, module_name)
+    unknown = sorted(set(extra) - set(_keywords(target)))
+    if unknown and not _takes_var_keywords(target):
+        raise TrainerError("--model_kwargs: {} takes no keyword argument {}".format(
+            attribute, unknown[0]), "pass only keyword arguments of {}{}".format(
+                attribute, _signature(target)), EX_USAGE)
 
     def build_user(num_classes: int, image_size: int) -> torch.nn.Module:
-        kwargs = {"num_classes": num_classes}  # type: Dict[str, Any]
+        kwargs = dict(extra, num_classes=num_classes)  # type: Dict[str, Any]
         if size_keyword:
             kwargs[size_keyword] = image_size
         try:
@@ -218,6 +242,23 @@ def _size_keyword(target: Callable[..., Any], module_name: str) -> Optional[str]
     if module_name.split(".")[0] == "timm" and _takes_var_keywords(target):
         return "img_size"
     return None
+
+
+def _keywords(target: Callable[..., Any]) -> Iterable[str]:
+    """The names ``target`` takes as keyword arguments (none where it has no signature)."""
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return [p.name for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+
+
+def _signature(target: Callable[..., Any]) -> str:
+    try:
+        return str(inspect.signature(target))
+    except (TypeError, ValueError):
+        return "(...)"
 
 
 def _takes_var_keywords(target: Callable[..., Any]) -> bool:

@@ -42,10 +42,14 @@ class LearningRate:
         falling = (0.5 * (1.0 + torch.cos(math.pi * progress))).clamp(min=1e-8)
         return self.peak * torch.where(step < warmup, rising, falling)
 
+    def value(self, step: int) -> float:
+        """The rate at (0-based) ``step``, computed on the host in float64."""
+        return float(self.rate_at(torch.tensor(float(step), dtype=torch.float64)))
+
     def set(self, step: int) -> None:
         """Give ``optimizer`` the rate of ``step`` (also after ``optimizer.load_state_dict``,
         which replaces the groups' rates with the checkpoint's)."""
-        value = float(self.rate_at(torch.tensor(float(step), dtype=torch.float64)))
+        value = self.value(step)
         for group in self.optimizer.param_groups:
             group["lr"] = value
 

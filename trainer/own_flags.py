@@ -15,8 +15,8 @@ from absl import flags
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 
 # The trainers' flags that are about their images and data: not this loop's.
-EXCLUDED_FLAGS = ("data_dir", "fake_data", "model", "image_size", "label_smoothing",
-                  "num_workers")
+EXCLUDED_FLAGS = ("data_dir", "fake_data", "model", "model_kwargs", "image_size",
+                  "label_smoothing", "num_workers")
 NUM_WORKERS_HELP = (
     "data worker processes that build the batches (0, the default: the device loader's "
     "thread builds them in this process, fastest for items already in memory such as a "

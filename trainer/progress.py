@@ -107,14 +107,17 @@ def stall_advice(longest: float, steps: int) -> str:
 
 class ProgressLog:
     """The step closure that logs progress and records its figures (runs after the step).
-    ``compiled()``: graphs compiled by this run so far."""
+    ``compiled()``: graphs compiled by this run so far; ``rate_at(n)``: the learning rate of
+    0-based step ``n`` (``optim.LearningRate.value``), recorded for the window's last step."""
 
     def __init__(self, state: LoopState, batch_size: int, devices: int, total_steps: int,
                  record: Callable[[str, dict, int], None], compiled: Callable[[], int],
-                 setup: InputSetup, initial_total: float = 0.0) -> None:
+                 setup: InputSetup, initial_total: float = 0.0,
+                 rate_at: Optional[Callable[[int], float]] = None) -> None:
         self.state, self.batch_size, self.devices = state, batch_size, max(1, devices)
         self.total_steps = total_steps
         self.record, self.compiled, self.setup = record, compiled, setup
+        self.rate_at = rate_at
         self.last_step = state.global_step
         self.last_total = initial_total  # loss_total is a running sum over the whole run
         self.last_seconds, self.last_waited = state.clock.seconds, state.clock.waited
@@ -140,10 +143,13 @@ class ProgressLog:
                  "(%.1f per device)  %d graphs  ETA %s", step, self.total_steps, loss,
                  1000 * seconds / steps, 100 * share, rate, rate / self.devices, graphs,
                  _duration(eta))
-        self.record("train", {"loss": loss, "examples_per_second": rate,
-                              "examples_per_second_per_device": rate / self.devices,
-                              "step_seconds": seconds / steps, "input_wait": share,
-                              "graphs_compiled": graphs}, step)
+        figures = {"loss": loss, "examples_per_second": rate,
+                   "examples_per_second_per_device": rate / self.devices,
+                   "step_seconds": seconds / steps, "input_wait": share,
+                   "graphs_compiled": graphs}
+        if self.rate_at is not None:  # the rate the window's last step updated with
+            figures["learning_rate"] = self.rate_at(step - 1)
+        self.record("train", figures, step)
         if clock.longest_wait >= STALL_SECONDS:
             log.info("%s", stall_advice(clock.longest_wait, steps))
         # A window that compiled a graph is also the one the data workers started in (a

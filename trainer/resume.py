@@ -81,10 +81,11 @@ class RunCheckpoints:
         return cls(store, steps, topology, batch_size, data_layout, data_identity,
                    given_non_finite)
 
-    def resume(self, state: LoopState) -> float:
+    def resume(self, state: LoopState, train_steps: int = 0) -> float:
         """Put the model, optimizer and ``state`` back to the newest valid checkpoint, if
         any; returns the running loss total it had (0 for a fresh run). A checkpoint of another
-        model stops the run (exit 65) before anything is overwritten."""
+        model stops the run (exit 65) before anything is overwritten. ``train_steps``: the
+        steps the run trains in all, for the log line of a run already complete."""
         started = time.perf_counter()
         restored = self.store.load_latest() if self.store is not None else None
         if restored is None:
@@ -114,8 +115,13 @@ class RunCheckpoints:
         self.saved_step = state.global_step
         self.job_before = JobTotals.from_checkpoint(saved.get("job_totals"))
         self.resumed, self.restore_seconds = True, time.perf_counter() - started
-        log.info("resumed from %s: epoch %d, step %d", self.store.uri(step), state.epoch + 1,
-                 state.global_step)
+        if train_steps and state.global_step >= train_steps:
+            log.info("resumed from %s: the run is complete (step %d of %d); the final model "
+                     "is evaluated and written, and the run ends", self.store.uri(step),
+                     state.global_step, train_steps)
+        else:
+            log.info("resumed from %s: epoch %d, step %d", self.store.uri(step),
+                     state.epoch + 1, state.global_step)
         return total
 
     def _check_global_batch(self, saved: Optional[int], uri: str) -> None:

@@ -174,7 +174,10 @@ class LocalDirectory(Directory):
         folder = os.path.dirname(os.path.join(self.path, name))
         os.makedirs(folder, exist_ok=True)
         handle, path = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=folder)
-        os.close(handle)
+        try:  # mkstemp's 0600 would become the output's mode: the umask's, as open() gives
+            os.fchmod(handle, 0o666 & ~process_umask())
+        finally:
+            os.close(handle)
         try:
             with open(path, "r+b") as stream:  # named by its path, for _place's rename
                 yield stream
@@ -660,6 +663,19 @@ def _fsync(path: str) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def process_umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` can only set it, which
+    would race with the other threads' file creations): ``/proc/self/status``, else 022."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _remove_quietly(path: str) -> None:

@@ -80,10 +80,14 @@ def summarize(name: str, device_kind: str, step_path: str, state: LoopState, bat
     }
     if "loss" in accuracy:  # evaluation's loss, where it is reported (``trainer.train``)
         summary["final_eval_loss"] = accuracy["loss"]
-    log.info("done: accuracy %s, %.1f examples/s steady, %d graphs compiled (%s steps); "
+    # A run whose every step compiled (a smoke run, a resume at its end) has no steady rate:
+    # said so, not "0.0 examples/s" (summary.json keeps 0.0, a number for its readers).
+    steady = ("{:.1f} examples/s steady".format(summary["steady_examples_per_second"])
+              if clock.steady_steps else "no steady rate (no step ran after the compiles)")
+    log.info("done: accuracy %s, %s, %d graphs compiled (%s steps); "
              "input wait %.0f%% of %.1f s training, %.1f s evaluating, %.1f s "
              "checkpointing, %.1f s compiling", _percent(summary["final_accuracy"]),
-             summary["steady_examples_per_second"], summary["compile_count"], step_path,
+             steady, summary["compile_count"], step_path,
              100 * summary["input_wait"], clock.seconds, phases.evaluation,
              phases.checkpoints, summary["compile_seconds"])
     return summary

@@ -83,12 +83,22 @@ def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes(images, tmp_
     assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == step + 5
 
 
-def test_local_path_needs_no_network(images, tmp_path):
+def test_local_path_needs_no_network_nor_root(images, tmp_path):
+    """As uid 1000, which has no /etc/passwd entry in the image (docker run --user, a pod's
+    runAsUser): torch's import ended in ``KeyError: 'getpwuid(): uid not found: 1000'``, and
+    the outputs were mode 0600 (unreadable by a host user when written as root)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    job.chmod(0o777)
     result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=/job", network="none",
-                           volumes={str(tmp_path): "/job"})
+                           volumes={str(job): "/job"}, user="1000:1000")
     assert result.returncode == 0, result.stderr
     assert "launcher: platform: no training platform found (XLA CPU device)" in result.stderr
-    assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == 6
+    assert "Traceback" not in result.stderr
+    assert json.loads((job / "summary.json").read_text())["global_step"] == 6
+    for name in ("summary.json", "model.pt", "metrics.jsonl"):
+        assert (job / name).stat().st_uid == 1000
+        assert (job / name).stat().st_mode & 0o777 == 0o644, name  # docker's umask 022
 
 
 

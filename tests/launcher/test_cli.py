@@ -201,3 +201,28 @@ def test_stop_signals_are_blocked_across_the_exec_of_our_trainers_only(argv, hel
     assert main(argv, {"PJRT_DEVICE": "CPU"}, execvpe) == 0
     assert execvpe.blocked == ({signal.SIGTERM, signal.SIGINT} if held else set())
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # unblocked afterwards
+
+
+@pytest.mark.parametrize("argv", [
+    ["python", "train.py", "--steps=10"],
+    ["--dry-run", "./train.sh"],
+    ["--trainer=python -m trainer.imagenet", "train.py"],
+])
+def test_a_forgotten_double_dash_is_refused_naming_the_command_with_it(argv, capsys):
+    """It ran the MNIST trainer with the user's arguments (``Unknown command line flag
+    'steps'``); the launcher's own line showed what happened, last."""
+    execvpe = RecordingExec()
+    assert run_main(argv, {}, execvpe) == EX_USAGE and execvpe.calls == []
+    error, hint = capsys.readouterr().err.splitlines()
+    first = next(arg for arg in argv if not arg.startswith("-"))
+    assert error.startswith("launcher: UsageError: {!r} is not a flag of the trainer".format(
+        first)) and error.endswith("a command of your own goes after --")
+    assert hint.startswith("launcher: HINT: python -m launcher -- {}".format(
+        " ".join(argv[argv.index(first):])))
+
+
+def test_a_script_of_your_own_still_takes_words_and_so_does_the_command_after_double_dash():
+    execvpe = RecordingExec()
+    assert run_main(["--trainer=python my.py", "data.csv"], {}, execvpe) == 0
+    assert execvpe.calls[0][1][-2:] == ["my.py", "data.csv"]
+    assert run_main(["--", "python", "train.py"], {}, execvpe) == 0

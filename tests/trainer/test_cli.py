@@ -69,6 +69,17 @@ def test_refused_flags_name_the_flag(args, text):
     assert text in raised.value.message and raised.value.hint
     assert raised.value.exit_code == EX_USAGE
 
+@pytest.mark.parametrize("value", ["[1]", "drop_path_rate=0.1", "{'a': 1}", "3"])
+def test_model_kwargs_that_are_no_json_object_are_refused(value):
+    with pytest.raises(TrainerError) as raised:
+        parse("imagenet", "--fake_data", "--model_kwargs=" + value)
+    assert raised.value.message == ("--model_kwargs must be a JSON object of keyword "
+                                    "arguments, got {!r}".format(value))
+    assert raised.value.exit_code == EX_USAGE
+    config = parse("imagenet", "--fake_data", "--model_kwargs={\"drop_path_rate\": 0.1}")
+    assert config.model_kwargs == '{"drop_path_rate": 0.1}'
+
+
 def test_platform_spelling_and_a_full_flag_set_parse():
     config = parse("imagenet", "--fake_data", "--job-dir=gs://b/j", "--warmup_epochs=2",
                    "--seed=4294967295", "--lr=0.4")

@@ -2,6 +2,7 @@
 real digits on both step paths, gs:// job dir and data through fake-gcs-server, hypertune."""
 
 import json
+import math
 import os
 
 import pytest
@@ -29,12 +30,37 @@ def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     lines = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     assert [(line["kind"], line["step"]) for line in lines] == [
         ("train", 2), ("train", 4), ("train", 6), ("eval", 6)]
+    # The rate of each window's last step: the peak 0.05 x 32 / 64, cosine over 6 steps.
+    assert [line["learning_rate"] for line in lines[:3]] == pytest.approx(
+        [0.025 * 0.5 * (1 + math.cos(math.pi * (step - 1) / 6)) for step in (2, 4, 6)])
     assert json.loads((job / "summary.json").read_text())["global_step"] == 6
     assert (job / "model.pt").stat().st_size > 0
     assert [p.name for p in (job / "checkpoints").iterdir()] == ["ckpt-000000006.pt"]
     assert list((job / "tensorboard").glob("events.out.tfevents.*"))
     reported = json.loads(metric_file.read_text().splitlines()[-1])
     assert float(reported["mnist_accuracy"]) == pytest.approx(summary["final_accuracy"])
+
+def test_a_smoke_run_and_a_rerun_of_a_finished_job_say_what_they_did(tmp_path, caplog,
+                                                                      monkeypatch):
+    """A smoke run's one step compiles: it said "0.0 examples/s steady" where no rate was
+    measured; a finished job run again said "resumed ... epoch 2, step 1", as if it trained
+    on."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("trainer"), "propagate", True)
+    paths = OutputPaths.resolve(str(tmp_path / "job"), {})
+    for _ in ("first", "again"):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="trainer"):
+            summary = mnist.run(smoke_config(smoke=True, num_steps=0), paths=paths)
+        lines = [record.getMessage() for record in caplog.records]
+        [done] = [line for line in lines if line.startswith("done: ")]
+        assert "no steady rate" in done and "examples/s steady" not in done
+        assert summary["steady_examples_per_second"] == 0.0 and summary["global_step"] == 1
+    assert any(line.startswith("resumed from ") and line.endswith(
+        ": the run is complete (step 1 of 1); the final model is evaluated and written, and "
+        "the run ends") for line in lines), lines
+
 
 def default_run(step_mode="compiled", precision="fp32"):
     """The summary of the default MNIST run (5 epochs) on the real digits."""

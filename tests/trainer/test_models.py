@@ -187,3 +187,34 @@ def test_every_bad_model_is_one_usage_line_naming_the_flag(user_package, monkeyp
     assert refused.value.exit_code == 64
     assert refused.value.message.startswith(message), refused.value.message
     assert hint in refused.value.hint
+
+
+def test_model_kwargs_reach_a_torchvision_constructor():
+    """--model_kwargs (timm's --model-kwargs): ResNet's zero_init_residual zeroes the last
+    BatchNorm of every block."""
+    model = models.builder("resnet18", {"zero_init_residual": True})(10, 32)
+    assert all(float(block.bn2.weight.abs().sum()) == 0 for block in model.layer1)
+    assert float(models.builder("resnet18")(10, 32).layer1[0].bn2.weight.abs().sum()) > 0
+
+
+def test_model_kwargs_reach_a_timm_builder():
+    model = models.builder("timm.models:resnet10t", {"drop_path_rate": 0.1})(10, 32)
+    rates = [module.drop_prob for module in model.modules() if hasattr(module, "drop_prob")]
+    assert rates and max(rates) > 0
+
+
+@pytest.mark.parametrize("name, extra, message", [
+    ("resnet18", {"no_such_argument": 1}, "--model=resnet18 refused --model_kwargs="
+     "{\"no_such_argument\": 1}: TypeError: "),
+    ("user_nets.nets:plain", {"depth": 3}, "--model_kwargs: plain takes no keyword argument "
+     "depth"),
+    ("resnet18", {"num_classes": 5}, "--model_kwargs sets num_classes, which the trainer sets "
+     "itself"),
+    ("user_nets.nets:build", {"image_size": 5}, "--model_kwargs sets image_size"),
+])
+def test_model_kwargs_a_constructor_refuses_are_one_usage_line(user_package, name, extra,
+                                                                message):
+    with pytest.raises(TrainerError) as refused:
+        models.builder(name, extra)(10, 16)
+    assert refused.value.exit_code == 64
+    assert refused.value.message.startswith(message), refused.value.message

@@ -55,6 +55,22 @@ def test_local_write_leaves_no_temporary_and_cleans_stale_ones(tmp_path):
     directory.remove_stale_temporaries()
     assert sorted(os.listdir(tmp_path)) == ["x"]
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_local_output_has_the_mode_the_umask_gives(tmp_path, umask, mode):
+    """Written through mkstemp and a rename, outputs were 0600 whatever the umask: a host user
+    could not read what a container running as root wrote into a mounted folder."""
+    old = os.umask(umask)
+    try:
+        assert storage.process_umask() == umask
+        directory = LocalDirectory(str(tmp_path / "job"))
+        directory.write_bytes("model.pt", b"weights")
+        directory.write_file("sub/summary.json", lambda stream: stream.write(b"{}"))
+    finally:
+        os.umask(old)
+    for name in ("model.pt", "sub/summary.json"):
+        assert os.stat(str(tmp_path / "job" / name)).st_mode & 0o777 == mode, name
+
+
 def test_gs_uri_without_bucket_is_an_error():
     with pytest.raises(StorageError, match="no bucket"):
         open_dir("gs://")

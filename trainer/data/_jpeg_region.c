@@ -67,6 +67,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     /* Python's thread state while the GIL is released for libjpeg-turbo's work (NULL while
      * this holds the GIL): other threads run during a decode, as with simplejpeg's. */
     PyThreadState *volatile released = NULL;
+    volatile int created = 0;  /* jpeg_create_decompress has returned */
     JDIMENSION x, width, first_row, row;
     int last;
     size_t stride;
@@ -84,17 +85,21 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     cinfo.err = jpeg_std_error(&failure.manager);
     failure.manager.error_exit = on_error;
     failure.manager.emit_message = on_message;
-    jpeg_create_decompress(&cinfo);
+    /* The escape is set before jpeg_create_decompress, whose own errors (a library and
+     * headers of different versions) longjmp to it too: then there is nothing to destroy. */
     if (setjmp(failure.escape)) {
         if (released != NULL)
             PyEval_RestoreThread(released);
-        jpeg_destroy_decompress(&cinfo);
+        if (created)
+            jpeg_destroy_decompress(&cinfo);
         Py_XDECREF(pixels);
         PyBuffer_Release(&data);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, failure.message);
         return NULL;
     }
+    jpeg_create_decompress(&cinfo);
+    created = 1;
     /* `data` stays valid without the GIL: this holds its buffer until the end. */
     released = PyEval_SaveThread();
     jpeg_mem_src(&cinfo, (const unsigned char *)data.buf, (unsigned long)data.len);

@@ -42,8 +42,12 @@ def classifier():
 
 
 if __name__ == "__main__":
+    # The model's first weights from a seed of its own: the same in every process of the job
+    # and every rerun (unseeded, three runs of one command reached 84 %, 83 % and 40 %).
+    torch.manual_seed(0)
+    model = classifier()
     # The data's own seeds: the same examples in every process of the job and every rerun
     # (the order they are visited in follows --seed).
-    summary = trainer.train(classifier(), series(2048, seed=0), eval_set=series(512, seed=1))
+    summary = trainer.train(model, series(2048, seed=0), eval_set=series(512, seed=1))
     print("done: eval loss {:.4f}, accuracy {:.1%}".format(summary["final_eval_loss"],
                                                           summary["final_accuracy"]))

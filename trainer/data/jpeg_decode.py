@@ -110,6 +110,10 @@ def header(data: bytes) -> Optional[Tuple[int, int]]:
         height, width, space, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError:  # not a JPEG (a PNG ...), or no header libjpeg-turbo reads
         return None
+    except (KeyError, IndexError, OverflowError):
+        # A header simplejpeg's tables lack: 4:4:1 sampling (what jpegtran -transpose makes of
+        # 4:1:1) raised KeyError: 6, a traceback that ended the run. Pillow opens it.
+        return None
     return (width, height) if space in RGB_SPACES else None
 
 

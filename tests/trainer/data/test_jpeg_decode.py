@@ -55,6 +55,19 @@ def test_what_is_not_a_whole_jpeg_is_an_os_error(data):
         jpeg_decode.decoded(data)
 
 
+def test_a_sampling_simplejpeg_has_no_table_for_goes_to_pillow_not_a_traceback():
+    """4:4:1 (the luma 1 x 4, what jpegtran -transpose makes of 4:1:1): simplejpeg's header
+    raised KeyError: 6, which ended the run naming no file; header() now leaves it to
+    Pillow, as for a CMYK file."""
+    stream = io.BytesIO()
+    noise = numpy.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=numpy.uint8)
+    Image.fromarray(noise).save(stream, "JPEG", subsampling=0, quality=90)
+    data = bytearray(stream.getvalue())
+    frame = data.index(b"\xff\xc0")
+    data[frame + 11] = 0x14  # the first component's sampling: 1 across, 4 down
+    assert jpeg_decode.header(bytes(data)) is None
+
+
 def test_a_truncated_jpeg_is_an_os_error_not_a_grey_image():
     data = jpeg(photo_like(200, 150))
     with pytest.raises(OSError, match="cannot decode the JPEG"):

@@ -6,13 +6,18 @@ Kubernetes pod (GKE) has ``KUBERNETES_SERVICE_HOST``. Anywhere else nothing rest
 the hint is the command that resumes it. ``make run`` and ``make run-imagenet`` say how they
 were called (``RESUME_WITH``: ``make run RUN_ARGS``, ``RESUME_ARGS``: the value given), so the
 hint is that command with this run's job dir last (the trainer's flags take the last value
-given); otherwise it is "the same command" with the job dir.
+given); otherwise it is "the same command" with the job dir. The make command carries the
+variables the run depended on (``RESUME_ENVIRONMENT``: where ``--model`` or a module came from,
+the CPU device count) in front, quoted for the shell, so that it works when pasted in a new
+shell too (without ``PYTHONPATH`` a ``--model`` of the user's own did not import: exit 64).
 """
 
 import shlex
 from typing import List, Mapping, Optional
 
 PLATFORM_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC", "KUBERNETES_SERVICE_HOST")
+# What a local run depends on beyond its command line, carried into its resume command.
+RESUME_ENVIRONMENT = ("PYTHONPATH", "CPU_NUM_DEVICES")
 
 
 def resume_command(job_dir: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
@@ -25,8 +30,10 @@ def resume_command(job_dir: Optional[str], environ: Mapping[str, str]) -> Option
     flag = "--job-dir=" + job_dir
     make = environ.get("RESUME_WITH")
     if make:
-        return "{}={}".format(make, shlex.quote(" ".join(
-            _without_job_dir(environ.get("RESUME_ARGS", "")) + [flag])))
+        carried = ["{}={}".format(name, shlex.quote(environ[name]))
+                   for name in RESUME_ENVIRONMENT if environ.get(name)]
+        return " ".join(carried + ["{}={}".format(make, shlex.quote(" ".join(
+            _without_job_dir(environ.get("RESUME_ARGS", "")) + [flag])))])
     return "the same command with {} last".format(flag)
 
 

@@ -30,6 +30,16 @@ def test_make_run_is_named_with_its_args_and_this_job_dir(given, args):
                                  "it from the checkpoint".format(args))
 
 
+def test_make_run_carries_the_environment_the_run_depended_on():
+    """``PYTHONPATH=... make run-imagenet IMAGENET_ARGS='--model=mynets.cnn:small_cnn'``:
+    its hint, pasted in a new shell, ended with ``module mynets.cnn does not import``."""
+    resume = resume_command("runs/imagenet-1", {
+        "RESUME_WITH": "make run-imagenet IMAGENET_ARGS", "PYTHONPATH": "/home/me/my code",
+        "CPU_NUM_DEVICES": "4", "RESUME_ARGS": "--model=mynets.cnn:small_cnn"})
+    assert resume == ("PYTHONPATH='/home/me/my code' CPU_NUM_DEVICES=4 make run-imagenet "
+                      "IMAGENET_ARGS='--model=mynets.cnn:small_cnn --job-dir=runs/imagenet-1'")
+
+
 def test_another_local_command_is_named_by_its_job_dir():
     resume = resume_command("/tmp/job", {})
     assert stop_hint(resume, checkpointed=False) == (

@@ -106,18 +106,21 @@ def test_a_stop_during_a_wait_takes_a_few_alarms_and_leaves_none_behind(monkeypa
 
 def test_ctrl_c_in_make_run_checkpoints_at_the_step_and_a_second_one_ends_it_at_once(
         tmp_path):
-    """Its hint names the command that resumes this run (nothing restarts a local one), and
-    that command, pasted, resumes it."""
+    """Its hint names the command that resumes this run (nothing restarts a local one), with
+    the PYTHONPATH the run had, and that command, pasted in a shell without it, resumes it."""
     job = tmp_path / "job"
     args = ("--data_dir=data/mnist-sample --log_steps=5 --num_epochs=100 --job_dir=" + str(job))
+    code = tmp_path / "my code"  # where a --model of one's own would come from
+    code.mkdir()
 
-    def in_a_terminal(command):
+    def in_a_terminal(command, **environ):
         return subprocess.Popen(
-            ["bash", "-c", command], cwd=str(REPO), env=clean_environ(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            ["bash", "-c", command], cwd=str(REPO), env=clean_environ(**environ),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)  # its own process group, as a terminal's job is
 
-    process = in_a_terminal("make --no-print-directory run RUN_ARGS='{}'".format(args))
+    process = in_a_terminal("make --no-print-directory run RUN_ARGS='{}'".format(args),
+                            PYTHONPATH=str(code))
     try:
         wait_for_line(process, "step 20/")
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends
@@ -133,8 +136,8 @@ def test_ctrl_c_in_make_run_checkpoints_at_the_step_and_a_second_one_ends_it_at_
     assert "the platform restarts" not in err
     [resume] = re.findall(r"^HINT: nothing restarts a local run: (.+) resumes it from the "
                           r"checkpoint$", err, re.M)
-    assert resume == "make run RUN_ARGS='{} --job-dir={}'".format(
-        args.rsplit(" ", 1)[0], job)
+    assert resume == "PYTHONPATH='{}' make run RUN_ARGS='{} --job-dir={}'".format(
+        code, args.rsplit(" ", 1)[0], job)
     # Ctrl-C twice: the second ends the run at once, whatever it was doing.
     process = in_a_terminal(resume)
     try:

@@ -226,18 +226,22 @@ def test_a_stop_during_the_first_steps_compile_ends_the_run_within_2_s_without_a
 
 def test_a_stop_during_the_first_evaluations_compile_ends_the_run_within_its_deadline(
         tmp_path):
-    # The epoch's checkpoint is logged just before its evaluation starts and compiles: the
-    # stop cannot wait for that compile to end (a Spot VM's notice is about 15 s). That
-    # compile took 20 s on a loaded machine and 1-2 s on an idle one, so the deadline here is
-    # TRAINER_STOP_DEADLINE=0.5 s (8 s by default) and the signal comes 0.5 s after the
-    # checkpoint's line; more epochs than the run can reach, so that it never ends by itself
-    # first.
+    # The epoch's last step is logged just before its checkpoint is handed to the writer and
+    # its evaluation starts and compiles: the stop cannot wait for that compile to end (a Spot
+    # VM's notice is about 15 s). That compile took 20 s on a loaded machine and under 0.5 s
+    # on an idle one, so the deadline here is TRAINER_STOP_DEADLINE=0.5 s (8 s by default),
+    # the signal comes 0.3 s after the step's line, and the evaluation's batches are large
+    # (4,096 images: seconds of evaluation after the compile, so that the signal always lands
+    # before it ends); more epochs than the run can reach, so that it never ends by itself
+    # first. (The checkpoint's own line is no anchor: the writer's thread logs it when the
+    # write is done, after the evaluation on a loaded machine.)
     job = tmp_path / "job"
     process = _resnet_run(["--fake_data", "--job_dir=" + str(job), "--num_epochs=50",
-                           "--num_steps=3"], tmp_path, TRAINER_STOP_DEADLINE="0.5")
+                           "--num_steps=3", "--eval_batch_size=4096"], tmp_path,
+                          TRAINER_STOP_DEADLINE="0.5")
     try:
-        wait_for_line(process, "checkpoint ")
-        time.sleep(0.5)
+        wait_for_line(process, "step 3/")
+        time.sleep(0.3)
         took, out, err = _stop(process, signal.SIGTERM)
     finally:
         process.kill()

@@ -29,7 +29,7 @@ import copy
 import importlib
 import inspect
 import json
-from typing import Any, Callable, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 
@@ -291,7 +291,7 @@ def check_input(name: str, model: torch.nn.Module, make: Builder, num_classes: i
     that cannot train on a global batch of ``global_batch`` images of ``image_size`` pixels
     or does not return ``global_batch x num_classes`` logits. Leaves ``model``, its weights
     and buffers and the random state as they were."""
-    problem = _probe(model, global_batch, image_size, num_classes)
+    problem, ran = _probe(model, global_batch, image_size, num_classes)
     if problem is None:
         return
     if BATCH_NORM_CAUSE in problem:
@@ -301,7 +301,7 @@ def check_input(name: str, model: torch.nn.Module, make: Builder, num_classes: i
             "value per channel, which cannot be trained".format(global_batch, image_size, name),
             "use a larger --batch_size{}".format(
                 ", or --image_size={} or more".format(size) if size else ""))
-    _refuse(name, make, model, num_classes, global_batch, image_size, problem)
+    _refuse(name, make, model, num_classes, global_batch, image_size, problem, ran)
 
 
 def build_checked(name: str, make: Builder, num_classes: int, global_batch: int,
@@ -320,12 +320,14 @@ def build_checked(name: str, make: Builder, num_classes: int, global_batch: int,
 
 
 def _refuse(name: str, make: Builder, model: Optional[torch.nn.Module], num_classes: int,
-            global_batch: int, image_size: int, problem: str) -> None:
+            global_batch: int, image_size: int, problem: str, ran: int) -> None:
+    """Refuse the model whose forward pass on ``ran`` images (the batch the check ran,
+    ``_probe``) failed with ``problem``."""
     size = _next_size(make, model, num_classes, global_batch, image_size)
     if size:
         raise _size_error(name, image_size, problem, size)
     raise TrainerError("--model={} fails its first forward pass on {} x 3 x {} x {} images: {}"
-                       .format(name, global_batch, image_size, image_size, problem),
+                       .format(name, ran, image_size, image_size, problem),
                        "the model must take normalized float images B x 3 x S x S and return "
                        "logits B x {} (docs/trainers.md)".format(num_classes))
 
@@ -378,19 +380,21 @@ def _next_size(make: Builder, model: Optional[torch.nn.Module], num_classes: int
 
 
 def _runs(model: torch.nn.Module, batch: int, image_size: int, num_classes: int) -> bool:
-    return _probe(model, batch, image_size, num_classes, host_fallback=False) is None
+    return _probe(model, batch, image_size, num_classes, host_fallback=False)[0] is None
 
 
 def _probe(model: torch.nn.Module, batch: int, image_size: int, num_classes: int,
-           host_fallback: bool = True) -> Optional[str]:
-    """None if ``model`` in training mode takes ``batch`` float images of ``image_size`` and
-    returns ``batch x num_classes`` logits, else the cause. Shapes only, on the meta device;
-    where that cannot run the forward pass (torch 1.x, an operation without a meta kernel), a
-    copy on the host CPU at a batch of min(batch, 2) decides."""
+           host_fallback: bool = True) -> Tuple[Optional[str], int]:
+    """(None if ``model`` in training mode takes ``batch`` float images of ``image_size`` and
+    returns ``batch x num_classes`` logits, else the cause; the batch of the forward pass that
+    decided). Shapes only, on the meta device; where that cannot run the forward pass (torch
+    1.x, an operation without a meta kernel), a copy on the host CPU at a batch of
+    min(batch, 2) decides, and its batch is the one a message names."""
     problem = _meta_forward(model, batch, image_size, num_classes)
     if problem is None or not host_fallback:
-        return problem
-    return _host_forward(model, min(batch, 2), image_size, num_classes)
+        return problem, batch
+    host_batch = min(batch, 2)
+    return _host_forward(model, host_batch, image_size, num_classes), host_batch
 
 
 def _meta_forward(model: torch.nn.Module, batch: int, image_size: int,

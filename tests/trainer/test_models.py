@@ -126,6 +126,16 @@ def wants_rgba(num_classes):
                                torch.nn.Flatten(), torch.nn.Linear(8, num_classes))
 
 
+class NoMetaValue(torch.nn.Module):
+    def forward(self, x):
+        scale = float(x.mean())  # a value the meta device has not: the host's forward decides
+        return x[:, :1] * scale  # B x 1 x S x S, no logits
+
+
+def no_meta_value(num_classes):
+    return NoMetaValue()
+
+
 NUMBER = 3
 '''
 
@@ -218,3 +228,13 @@ def test_model_kwargs_a_constructor_refuses_are_one_usage_line(user_package, nam
         models.builder(name, extra)(10, 16)
     assert refused.value.exit_code == 64
     assert refused.value.message.startswith(message), refused.value.message
+
+
+def test_a_wrong_shape_found_on_the_host_names_the_batch_it_ran(user_package):
+    """A global batch of 8 that the host's forward checks at 2: the line named both ("on 8 x
+    3 x 16 x 16 images: ... not 2 x 10 logits")."""
+    with pytest.raises(TrainerError) as refused:
+        checked("user_nets.nets:no_meta_value", 8, 16)
+    assert refused.value.message == (
+        "--model=user_nets.nets:no_meta_value fails its first forward pass on 2 x 3 x 16 x 16 "
+        "images: it returned a tensor of shape (2, 1, 16, 16), not 2 x 10 logits")

@@ -62,6 +62,8 @@ class Steps:
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary
         self.clip_norm = clip_norm  # --clip_grad_norm (0: none)
+        self._trained = [p for group in (optimizer.param_groups if optimizer else ())
+                         for p in group["params"]]
         # What each hit count is reported as (``results``), in the order of the counts.
         self.metric_names = [BINARY_ACCURACY] if binary else ["top{}".format(k) for k in topk]
         self.eval_rows = eval_rows
@@ -133,10 +135,8 @@ class Steps:
         with self.autocast():
             loss = self.loss_fn(self.model(x), y)
         loss.backward()
-        if self.clip_norm:
-            torch.nn.utils.clip_grad_norm_(
-                [p for group in self.optimizer.param_groups for p in group["params"]],
-                self.clip_norm)
+        if self.clip_norm:  # over what the optimizer trains (never a frozen parameter)
+            torch.nn.utils.clip_grad_norm_(self._trained, self.clip_norm)
         self.optimizer.step()
         return loss_total + loss.detach()
 

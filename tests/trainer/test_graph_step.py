@@ -91,8 +91,11 @@ def test_clipping_is_torch_clip_grad_norm_in_float64(max_norm):
     for parameter, gradient in zip(theirs, gradients):
         parameter.grad = gradient.clone()
     torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    # The two sum the same 17 squares in other orders (torch's foreach norm, ours per tensor
+    # then stacked): at most 17 roundings of 2^-53 apart in the norm, so in the scale, under
+    # 2e-15 relative on any CPU; 1e-13 leaves room.
     for mine, reference in zip(clipped(gradients, max_norm), theirs):
-        assert torch.allclose(mine, reference.grad, rtol=1e-15, atol=0)
+        assert torch.allclose(mine, reference.grad, rtol=1e-13, atol=0)
     norm = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in gradients])))
     total = float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in theirs])))
     # Clipped to the bound (within clip_grad_norm_'s 1e-6 in the divisor), or untouched.

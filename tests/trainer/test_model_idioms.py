@@ -162,8 +162,12 @@ def test_a_one_logit_binary_classifier_reports_its_accuracy_not_the_share_of_lab
     summary = train(model, tmp_path / "job", loss, data, evaluation, num_epochs=3)
     with torch.no_grad():
         logits = model.cpu()(x[:21])[:, 0]
-    expected = float(((logits > 0).long() == y[:21]).float().mean())
-    assert summary["final_accuracy"] == pytest.approx(expected, abs=1e-6)
+    right = int(((logits > 0).long() == y[:21]).sum())
+    # The device's logits differ from the host's by roundings (1e-6 of these magnitudes at
+    # most): only a logit that close to 0 may fall on the other side there.
+    undecided = int((logits.abs() < 1e-4).sum())
+    assert abs(summary["final_accuracy"] * 21 - right) <= undecided + 1e-6
+    assert right != int((y[:21] == 0).sum())  # it is not the share of label 0 here
     assert summary["final_top5"] is None
 
 

@@ -79,6 +79,9 @@ RUN --mount=type=secret,id=pip_cert \
 COPY launcher/ /app/launcher/
 COPY trainer/ /app/trainer/
 COPY --from=native /jpeg-region/ /app/trainer/data/
+# Any uid runs the image (docker run --user, a pod's runAsUser): the xrt base keeps its
+# interpreter under /root, which Debian makes 0700; others may now pass through it, not list it.
+RUN chmod go+x /root
 
 # The SBOM (make sbom prints it): Python and Debian packages, the base reference and the
 # project's code. Its tool and the lock are bind-mounted from the context, so nothing of them

@@ -14,8 +14,9 @@ the schema (``jobspec.k8s_schema``); the reasons are in docs/gke.md. Per replica
 - ``failurePolicy.maxRestarts`` at least 1, and a ``gs://`` job dir, the same for every pod and
   restart (``jobspec.container_args``): preemption restarts the pods, which resume from its
   newest checkpoint;
-- how the pods fail, restart and are named (``jobspec.jobset_pods``), and which trainer the
-  arguments are for (``jobspec.container_args``).
+- how the pods fail, restart and are named (``jobspec.jobset_pods``), who the trainer runs as
+  (``jobspec.pod_security``), and which trainer the arguments are for
+  (``jobspec.container_args``).
 
 Values of the wrong type are the schema's findings; the rules read around them.
 """
@@ -36,6 +37,7 @@ from jobspec.findings import ERROR, Finding
 from jobspec.gke_tpus import as_list as _list
 from jobspec.gke_tpus import as_mapping as _mapping
 from jobspec.jobset_pods import failure_policy_rules, name_rules, pod_rules
+from jobspec.pod_security import security_rules
 
 MIN_GRACE_SECONDS = 30
 IMAGENET = "trainer.imagenet"
@@ -189,6 +191,7 @@ def _container(container: Dict[str, Any], path: str, pod: Dict[str, Any], pod_pa
                                 "a remote TPU node; a GKE slice's TPU VMs need the pjrt "
                                 "image".format(image), "make build push RUNTIME=pjrt, and use "
                                 "its :pjrt tag"))
+    findings += security_rules(container, path, pod, pod_path)
     if "command" in container:
         return findings + [Finding(ERROR, path + ".command", "replaces the image's entrypoint, "
                                    "the launcher (python -m launcher), which sets up the TPU "

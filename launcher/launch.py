@@ -7,7 +7,6 @@ it. Keeping it free of printing and exec makes each step testable with plain val
 from __future__ import annotations
 
 import os
-import pwd
 import shlex
 import sys
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 from launcher.address import Endpoint, parse_endpoint
 from launcher.devices import DeviceCount, count_devices, host_devices, stale_topology
 from launcher.errors import ConfigError, TpuApiError, UsageError
+from launcher.identity import home_directory, user_name
 from launcher.init import DEFAULT_INIT_MODE, Handover, find_init, plan_handover
 from launcher.job_env import RUNTIME_VARIABLES, JobEnvironment
 from launcher.platforms import detect_platform
@@ -113,27 +113,7 @@ def environment_changes(plan: LaunchPlan, environ: Mapping[str, str]
     unset = tuple(name for name in RUNTIME_VARIABLES
                   if name in environ and not environ[name].strip()) + plan.stale
     kept = tuple((name, value) for name, value in plan.env.kept if environ.get(name) != value)
-    return kept + plan.env.exports + user_name(environ), unset
-
-
-# Where Python's getpass.getuser() looks before the password database.
-_USER_VARIABLES = ("LOGNAME", "USER", "LNAME", "USERNAME")
-
-
-def user_name(environ: Mapping[str, str], uid: Optional[int] = None
-              ) -> Tuple[Tuple[str, str], ...]:
-    """``USER`` for a process whose uid has no entry in ``/etc/passwd`` and no user variable
-    set (``docker run --user 1000``, a pod's ``runAsUser``): torch's import asks
-    ``getpass.getuser()``, which raises ``KeyError`` there and ended the trainer with a
-    traceback. Empty where a name is found."""
-    if any(environ.get(name) for name in _USER_VARIABLES):
-        return ()
-    uid = os.getuid() if uid is None else uid
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return (("USER", "uid{}".format(uid)),)
-    return ()
+    return kept + plan.env.exports + user_name(environ) + home_directory(environ), unset
 
 
 def resolve_tpu_node(node: TpuNodeRef, policy: WaitPolicy, log: Callable[[str], None]) -> str:

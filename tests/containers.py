@@ -99,13 +99,18 @@ def image_size(name: str) -> int:
     return int(docker("image", "inspect", "--format", "{{.Size}}", name).stdout)
 
 
+# A read-only root file system with a writable /tmp (GKE templates' securityContext).
+ANY_USER_OPTIONS = ["--read-only", "--tmpfs", "/tmp:exec,mode=1777"]
+
+
 def run_container(image: str, *args: str, env: Dict[str, str] = None,
                   volumes: Dict[str, str] = None, network: str = "host",
                   entrypoint: str = None, timeout: float = 600,
-                  user: str = None) -> subprocess.CompletedProcess:
+                  user: str = None, read_only: bool = False) -> subprocess.CompletedProcess:
     """``docker run --rm`` with ``-e`` variables and ``-v host:container`` mounts (``user``:
-    ``--user``)."""
-    command = ["run", "--rm", "--network", network]
+    ``--user``; ``read_only``: a read-only root file system with a ``/tmp`` in memory, as a
+    pod with ``readOnlyRootFilesystem`` and an ``emptyDir`` there)."""
+    command = ["run", "--rm", "--network", network] + (ANY_USER_OPTIONS if read_only else [])
     if user is not None:
         command += ["--user", user]
     if entrypoint is not None:

@@ -2,6 +2,10 @@
 ``trainer.mnist``, ``trainer.imagenet``; and ``trainer.train``, their run for your own model
 and data (``trainer.own_loop``)."""
 
+from trainer import known_warnings
+
+known_warnings.install()
+
 
 def train(model, train_set, eval_set=None, loss_fn=None, argv=None):
     """Train ``model`` on ``train_set`` (evaluating on ``eval_set``) with the trainers' run,

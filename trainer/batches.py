@@ -103,6 +103,9 @@ class DataSource:
     # Whether its batches are decoded images (data workers, make_shards: the input-bound
     # advice names them) or cut from arrays in memory (MNIST).
     decodes_images = True
+    # Whether those images come from make_shards' shards (where they can be made smaller
+    # once, --max_shorter_side) or from class folders.
+    from_shards = False
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         raise NotImplementedError

@@ -63,6 +63,13 @@ def dataset_size(dataset: Any, name: str) -> int:
                            .format(name, type(dataset).__name__),
                            "pass a map-style torch.utils.data.Dataset (__len__ and "
                            "__getitem__), e.g. TensorDataset(inputs, targets)")
+    if isinstance(dataset, (tuple, list)) and dataset and all(
+            isinstance(part, torch.Tensor) for part in dataset):
+        # trainer.train(model, (x, y)): Keras' fit(x, y) habit. Its item 0 is x, reported as
+        # "a Tensor, not an (input, target) pair" with a hint about __getitem__.
+        raise TrainerError("{} is a {} of {} tensors, not a Dataset of (input, target) "
+                           "items".format(name, type(dataset).__name__, len(dataset)),
+                           "wrap them: torch.utils.data.TensorDataset(inputs, targets)")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TrainerError("{} is a {}, not a map-style Dataset (items by index, and a "
                            "length)".format(name, type(dataset).__name__),

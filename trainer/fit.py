@@ -418,6 +418,7 @@ def _input_setup(config: TrainConfig, data: DataSource) -> InputSetup:
     return InputSetup(config.fake_data, resolve_workers(config.num_workers, announce=False)
                       if workers is None else workers, host_cores(),
                       data.decodes_images, host_device=xla.device_type() == "CPU",
-                      memory_holds=getattr(data, "memory_holds", None))
+                      memory_holds=getattr(data, "memory_holds", None),
+                      from_shards=data.from_shards)
 
 

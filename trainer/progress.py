@@ -52,6 +52,9 @@ class InputSetup:
     # The most data workers this host's memory holds where that is fewer than its cores
     # would run (trainer.data.workers.WorkerChoice.memory_holds); None: memory is no limit.
     memory_holds: Optional[int] = None
+    # Whether the images come from make_shards' shards (else class folders): where smaller
+    # images are made.
+    from_shards: bool = False
 
     @property
     def can_starve(self) -> bool:
@@ -89,9 +92,13 @@ def input_bound_advice(share: float, steps: int, setup: InputSetup) -> str:
                    more, setup.workers, setup.cores,
                    "; its memory holds no more" if more < setup.cores - 1 else ""))
     else:
+        smaller = ("make the shards again with --max_shorter_side=N"
+                   if setup.from_shards else "make shards of these folders with python -m "
+                   "trainer.data.make_shards --max_shorter_side=N")
+        smaller += ", e.g. 320 for --image_size=224"
         fix = ("all {} cores of this host decode already ({} data workers): a host with more "
-               "cores, or smaller images (resize them before make_shards; decoding time "
-               "grows with the pixels)".format(setup.cores, setup.workers))
+               "cores, or smaller images, as decoding time grows with the pixels ({})".format(
+                   setup.cores, setup.workers, smaller))
     return ("input-bound: the loop waited {:.0%} of the last {} steps for the next batch; "
             "{}".format(share, steps, fix))
 

@@ -119,7 +119,7 @@ WHY = [
      JOB + ".completionMode"),
     ("no DNS hostnames", set_path(["spec", "network"], {"enableDNSHostnames": False}),
      "spec.network.enableDNSHostnames"),
-    ("no /dev/shm volume", remove(CONTAINER_KEYS + ["volumeMounts"]),
+    ("no /dev/shm volume", lambda job: pod(job)["containers"][0]["volumeMounts"].pop(0),
      CONTAINER + ".volumeMounts"),
     ("/dev/shm on disk", set_path(POD_KEYS + ["volumes", 0, "emptyDir"], {}),
      POD + ".volumes[0].emptyDir.medium"),
@@ -211,6 +211,14 @@ WHY = [
         JOB_KEYS + ["podFailurePolicy", "rules", 1, "onExitCodes", "values"],
         [0, 64, 65, 77, 78, 126, 127]),
      JOB + ".podFailurePolicy.rules[1].onExitCodes.values[0]"),
+    ("runAsNonRoot with the image's root user", remove(POD_KEYS + ["securityContext",
+                                                                   "runAsUser"]),
+     POD + ".securityContext.runAsNonRoot"),
+    ("runAsNonRoot as uid 0", set_path(CONTAINER_KEYS + ["securityContext", "runAsUser"], 0),
+     CONTAINER + ".securityContext.runAsUser"),
+    ("a read-only root without /tmp", lambda job: (
+        pod(job)["containers"][0]["volumeMounts"].pop(1)),
+     CONTAINER + ".securityContext.readOnlyRootFilesystem"),
     ("ImageNet flags for MNIST", lambda job: (
         pod(job)["containers"][0].pop("env"),
         pod(job)["containers"][0]["args"].append("--image_size=160")),
@@ -236,7 +244,7 @@ def test_a_selector_that_is_not_a_string_is_refused_not_a_crash(label, value):
 
 def test_no_shared_memory_is_needed_without_data_workers():
     job = broken(set_path(CONTAINER_KEYS + ["args"], ARGS + ["--num_workers=0"]))
-    del pod(job)["volumes"], pod(job)["containers"][0]["volumeMounts"]
+    del pod(job)["volumes"][0], pod(job)["containers"][0]["volumeMounts"][0]  # /dev/shm
     assert errors(job) == []
 
 

@@ -8,7 +8,7 @@ import re
 import shlex
 
 from conftest import clean_environ
-from containers import docker, make, run_container, stop_when_logged
+from containers import ANY_USER_OPTIONS, docker, make, run_container, stop_when_logged
 from doc_blocks import block_containing
 
 # Vertex AI's variable for a CPU worker pool (PLATFORM.md section 4): no TPU expected.
@@ -64,42 +64,37 @@ def test_job_dir_on_gcs(images, gcs, gcs_server):
     assert summary["global_step"] == 6
 
 
-def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes(images, tmp_path):
+def test_docker_stop_checkpoints_exits_143_and_the_next_run_resumes_as_any_user(images,
+                                                                              tmp_path):
+    """As uid 1000, with no /etc/passwd entry, on a read-only root with no network (a pod
+    under the "restricted" Pod Security Standard, the GKE templates' securityContext): torch's
+    import ended in ``KeyError: 'getpwuid(): uid not found: 1000'``, and the outputs were mode
+    0600 (unreadable by a host user when written as root)."""
+    tmp_path.chmod(0o777)
+    user = ["--user", "1000:1000"] + ANY_USER_OPTIONS
     args = ["--fake_data", "--num_epochs=1", "--num_steps=5000", "--log_steps=5",
             "--batch_size=16", "--job-dir=/job"]
-    logs = stop_when_logged(["--network", "none", "-v", "{}:/job".format(tmp_path),
-                             images["pjrt"]] + args, "step 10/", stop_after=60)
+    logs = stop_when_logged(["--network", "none", "-v", "{}:/job".format(tmp_path)] + user
+                            + [images["pjrt"]] + args, "step 10/", stop_after=60)
     assert logs.code == 143, logs.stderr
+    assert "launcher: platform: no training platform found (XLA CPU device)" in logs.stderr
     stopped = re.search(r"stopped by SIGTERM at step (\d+)", logs.stderr + logs.stdout)
     assert stopped, logs.stderr
     step = int(stopped.group(1))
     assert (tmp_path / "checkpoints" / "ckpt-{:09d}.pt".format(step)).is_file()
     resumed = run_container(images["pjrt"], *(args[:2] + ["--num_steps={}".format(step + 5)]
                                               + args[3:]),
-                            volumes={str(tmp_path): "/job"}, network="none")
+                            volumes={str(tmp_path): "/job"}, network="none", user="1000:1000",
+                            read_only=True)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from /job/checkpoints/ckpt-{:09d}.pt: epoch 1, step {}".format(
         step, step) in resumed.stdout + resumed.stderr
+    assert "Traceback" not in logs.stderr + resumed.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["global_step"] == step + 5
-
-
-def test_local_path_needs_no_network_nor_root(images, tmp_path):
-    """As uid 1000, which has no /etc/passwd entry in the image (docker run --user, a pod's
-    runAsUser): torch's import ended in ``KeyError: 'getpwuid(): uid not found: 1000'``, and
-    the outputs were mode 0600 (unreadable by a host user when written as root)."""
-    job = tmp_path / "job"
-    job.mkdir()
-    job.chmod(0o777)
-    result = run_container(images["pjrt"], *SHORT_RUN, "--job-dir=/job", network="none",
-                           volumes={str(job): "/job"}, user="1000:1000")
-    assert result.returncode == 0, result.stderr
-    assert "launcher: platform: no training platform found (XLA CPU device)" in result.stderr
-    assert "Traceback" not in result.stderr
-    assert json.loads((job / "summary.json").read_text())["global_step"] == 6
-    for name in ("summary.json", "model.pt", "metrics.jsonl"):
-        assert (job / name).stat().st_uid == 1000
-        assert (job / name).stat().st_mode & 0o777 == 0o644, name  # docker's umask 022
-
+    for name in ("summary.json", "model.pt", "metrics.jsonl",
+                 "checkpoints/ckpt-{:09d}.pt".format(step + 5)):
+        assert (tmp_path / name).stat().st_uid == 1000
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name  # docker's umask 022
 
 
 def test_make_local_run_as_the_readme_writes_it(images):

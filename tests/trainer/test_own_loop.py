@@ -235,6 +235,9 @@ PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long(
     (dict(train_set=[1, 2]), EX_DATAERR, "train_set item 0 is a int, not an (input, target)"),
     (dict(train_set=range(3)), EX_DATAERR, "train_set item 0 is a int, not an (input, "),
     (dict(train_set=iter(())), EX_USAGE, "train_set is a tuple_iterator, not a map-style"),
+    # Keras' fit(x, y) habit: it was "item 0 is a Tensor", with a hint about __getitem__.
+    (dict(train_set=(torch.zeros(4, 6), torch.zeros(4).long())), EX_USAGE,
+     "train_set is a tuple of 2 tensors, not a Dataset of (input, target) items"),
     (dict(train_set=PAIRS, eval_set=_items([])), EX_DATAERR, "eval_set is empty"),
     (dict(train_set=_items([(torch.zeros(6), "cat")])), EX_DATAERR,
      "train_set item 0: its target is a str, not a tensor or a number"),

@@ -26,8 +26,16 @@ from trainer.progress import InputSetup, input_bound_advice
      "--num_workers=-1 (one per core but the trainer's; this host has 8 cores)"),
     (InputSetup(False, 2, 8), "--num_workers=7 (now 2; this host has 8 cores; they share one "
                               "ring of step buffers in /dev/shm"),
+    # Smaller images are made where the images come from: the shards, or shards of the class
+    # folders (it said "before make_shards" to a run with no shards).
     (InputSetup(False, 7, 8), "all 8 cores of this host decode already (7 data workers): a host "
-                              "with more cores, or smaller images"),
+                              "with more cores, or smaller images, as decoding time grows with "
+                              "the pixels (make shards of these folders with python -m "
+                              "trainer.data.make_shards --max_shorter_side=N, e.g. 320 for "
+                              "--image_size=224)"),
+    (InputSetup(False, 7, 8, from_shards=True), "or smaller images, as decoding time grows "
+                                                "with the pixels (make the shards again with "
+                                                "--max_shorter_side=N, e.g. 320"),
     # Memory held only 3 of the 7 workers the cores would run (trainer.data.workers): no
     # --num_workers past that; what frees memory, or more of it.
     (InputSetup(False, 3, 8, memory_holds=3),

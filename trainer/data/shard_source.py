@@ -40,6 +40,8 @@ log = logging.getLogger("trainer")
 class ShardSource(stream.StreamSource):
     """Random-resized-crop + flip for training, 256/224 centre crop for evaluation, uint8."""
 
+    from_shards = True
+
     def __init__(self, data_dir: str, image_size: int, batch_size: int, num_workers: int,
                  seed: int, eval_batch_size: int = 0, host: HostPart = WHOLE,
                  devices: int = 0) -> None:

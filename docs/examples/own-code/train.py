@@ -2,8 +2,8 @@
 
 It trains a small classifier on synthetic data with every XLA device of this host (one SPMD
 program: the batch is split over the devices, the parameters are replicated), saves a
-checkpoint when the platform sends SIGTERM (preemption, maintenance, cancel) and at the end,
-and resumes from the newest checkpoint when it starts again.
+checkpoint when the platform sends SIGTERM (preemption, maintenance, cancel), on Ctrl-C and
+at the end, and resumes from the newest checkpoint when it starts again.
 """
 
 import argparse
@@ -18,13 +18,13 @@ import torch_xla.core.xla_model as xm
 import torch_xla.distributed.spmd as xs
 import torch_xla.runtime as xr
 
-stop_requested = False
+stop_signal = None
 
 
-def on_sigterm(signum, frame):
+def on_stop(signum, frame):
     # Only note it: the step in flight finishes, then the loop saves and exits.
-    global stop_requested
-    stop_requested = True
+    global stop_signal
+    stop_signal = signum
 
 
 def checkpoint_dir(args):
@@ -38,7 +38,10 @@ def checkpoint_dir(args):
 
 
 def main():
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # Both need a handler: SIGTERM's default ends the process at once, and Ctrl-C's (SIGINT)
+    # raises KeyboardInterrupt wherever the script is. Either way nothing would be saved.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_stop)
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch_per_device", type=int, default=32)
@@ -73,7 +76,7 @@ def main():
     batch = args.batch_per_device * devices
     generator = torch.Generator().manual_seed(1)
     teacher = torch.randn(32, 4, generator=generator)
-    while step < args.steps and not stop_requested:
+    while step < args.steps and stop_signal is None:
         x = torch.randn(batch, 32, generator=generator)
         y = (x @ teacher).argmax(dim=1)
         x, y = x.to(device), y.to(device)
@@ -89,9 +92,12 @@ def main():
             print("step {} loss {:.3f}".format(step, loss.item()), flush=True)
 
     save()
-    if stop_requested:
-        print("stopped by SIGTERM at step {}: checkpoint saved".format(step), flush=True)
-        return 128 + signal.SIGTERM  # not 0: the platform restarts the job, which resumes
+    if stop_signal is not None:
+        print("stopped by {} at step {}: checkpoint saved".format(
+            signal.Signals(stop_signal).name, step), flush=True)
+        # Not 0 (143 or 130, as a shell reports a signal): the platform restarts the job,
+        # which resumes.
+        return 128 + stop_signal
     print("done at step {}".format(step), flush=True)
     return 0
 

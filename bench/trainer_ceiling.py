@@ -103,7 +103,7 @@ def measure(batch: int, images: int, workers: int, placement: str) -> Dict[str, 
     from trainer.data import epoch_order, plan, stream
     from trainer.loop import EpochHooks, LoopState, train_epoch
 
-    stream._decode_into = lambda x, y, rows, examples, decode: None  # the workers inherit it
+    stream._decode_into = lambda x, y, rows, examples, decode: []  # the workers inherit it
     train, val = shard_counts(TRAIN_EXAMPLES), shard_counts(VAL_EXAMPLES)
     # Left out: the ring's first round (each slot's pages are mapped in this process on their
     # first use, once a run), and with it the workers' start.

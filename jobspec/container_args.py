@@ -36,7 +36,8 @@ MNIST = "trainer.mnist"
 DEFAULT_TRAINER = "python -m " + MNIST  # the image's LAUNCHER_TRAINER (Dockerfile)
 # The ImageNet trainer's flags that the MNIST trainer does not define (trainer/mnist.py,
 # define_flags: tests/delivery/test_jobset.py compares them with the trainers' own).
-IMAGENET_ONLY_FLAGS = ("image_size", "label_smoothing", "model", "model_kwargs", "num_workers")
+IMAGENET_ONLY_FLAGS = ("image_size", "label_smoothing", "max_bad_images", "model", "model_kwargs",
+                       "num_workers")
 _IMAGENET_DATA = ("imagenet", "shard")
 # Node labels of preemptible capacity: a pod gets about 15 s after the 30 s notice.
 SPOT_LABELS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")

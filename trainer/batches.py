@@ -110,6 +110,14 @@ class DataSource:
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         raise NotImplementedError
 
+    def damaged_images(self, epoch: Optional[int] = None) -> Dict[str, int]:
+        """Images skipped as damaged (``trainer.data.damage``): after 0-based epoch ``epoch``,
+        or the run's (None); empty where the source decodes none."""
+        return {}
+
+    def damaged_image_policy(self, text: str) -> None:
+        """``--max_bad_images`` for a source that decodes images."""
+
     def eval_batches(self) -> Iterator[Batch]:
         raise NotImplementedError
 

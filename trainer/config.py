@@ -75,6 +75,7 @@ class TrainConfig:
     precision: str = "fp32"
     optimizer: str = "sgd"
     clip_grad_norm: float = 0.0
+    max_bad_images: str = "0.1%"
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -138,6 +139,9 @@ class TrainConfig:
                 self.max_steps), "drop one of them: --max_steps=N alone trains N steps")
         parse_profile_steps(self.profile_steps)
         parse_model_kwargs(self.model_kwargs)
+        from trainer.data.damage import parse_policy
+
+        parse_policy(self.max_bad_images)
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
                 self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "
@@ -260,6 +264,10 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
         "model_kwargs": "keyword arguments for --model's constructor or callable, as a JSON "
                         "object (e.g. '{\"drop_path_rate\": 0.1}'; timm's --model-kwargs)",
         "image_size": "training image size in pixels",
+        "max_bad_images": "damaged images (they do not decode) one host may skip in an epoch "
+                          "or an evaluation before the run stops (exit 65): a count, or a "
+                          "percentage of the examples it reads there (at least 10); each "
+                          "skipped one is named (the first 5) and counted",
         "eval_batch_size": "evaluation batch size (0: same as --batch_size)",
         "step_mode": "how steps run: auto (compiled where torch_xla >= 2.1 can, else lazy), "
                      "compiled (each step one traced graph), or lazy (traced every step)",

@@ -14,12 +14,26 @@ import sys
 from trainer.errors import TrainerError
 
 
+class _CurrentStdout(logging.StreamHandler):
+    """Writes to ``sys.stdout`` as it is at each line, not as it was when configured: a
+    caller that redirects stdout later (pytest's capture, a notebook) gets the lines, and a
+    stream closed since is never written to ("--- Logging error ---" on stderr)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure_logging() -> None:
     """Progress lines to stdout. Configured on the "trainer" logger itself, because torch_xla
     may have configured the root logger already (and basicConfig(force=) needs 3.8)."""
     logger = logging.getLogger("trainer")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stdout)
+        handler = _CurrentStdout()
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)

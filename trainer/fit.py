@@ -164,6 +164,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        global_batch=spec.data.batch_size,
                        learning_rate=steps.learning_rate.peak, precision=config.precision,
                        job=job.summary(outputs.stops))
+        summary.update(spec.data.damaged_images())
         outputs.write_summary(summary)
     return summary
 
@@ -340,7 +341,7 @@ class _Run:
             # Saved before the evaluation (in the background: waited for here), or now.
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
                            self.checkpoints.save_final(state, self.outputs), state, self.resume)
-        _log_epoch(state, accuracy, self.outputs)
+        _log_epoch(state, accuracy, self.outputs, self.data.damaged_images(state.epoch - 1))
         self.outputs.flush(background=True)
         return accuracy
 
@@ -389,11 +390,20 @@ def _preempted(message: str, hint: str) -> Preempted:
     return Preempted(message, hint, exit_code=stop_signal.exit_code())
 
 
-def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs) -> None:
+def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs,
+               damaged: Optional[Dict[str, int]] = None) -> None:
+    """The epoch's evaluation logged and recorded; ``damaged``: ``DataSource.damaged_images``
+    (recorded beside it, where the source decodes images)."""
     line = "  ".join(("{} {:.4g}" if name == "loss" else "{} {:.2%}").format(name, value)
                      for name, value in accuracy.items())
     log.info("epoch %d done (step %d): eval %s", state.epoch, state.global_step, line)
-    outputs.record("eval", dict(accuracy, epoch=state.epoch), state.global_step)
+    damaged = damaged or {}
+    if any(damaged.values()):
+        log.warning("epoch %d: %d damaged images skipped in training (another image of the "
+                    "batch stood in for each), %d in the evaluation (left out of its figures)",
+                    state.epoch, damaged["train_damaged_images"],
+                    damaged["eval_damaged_images"])
+    outputs.record("eval", dict(accuracy, epoch=state.epoch, **damaged), state.global_step)
     headline = headline_accuracy(accuracy)
     if headline is not None:
         outputs.report_hypertune(headline, state.global_step)

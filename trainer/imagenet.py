@@ -109,6 +109,7 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
     # For the input-bound advice (trainer.fit._input_setup): never more workers than memory
     # holds, whether they were chosen or given.
     source.memory_holds = worker_choice(shape).memory_holds
+    source.damaged_image_policy(config.max_bad_images)
     if isinstance(source, ShardSource):
         for line in source.plan_lines():  # what python -m trainer.data.plan prints
             log.info("data plan: %s", line)

@@ -19,7 +19,7 @@ from trainer.config import FLAGS, define_common_flags
 
 def define_flags(flag_values: Any = FLAGS) -> None:
     define_common_flags(exclude=("model", "model_kwargs", "image_size", "label_smoothing",
-                                 "num_workers"),
+                                 "num_workers", "max_bad_images"),
                         flag_values=flag_values)
 
 

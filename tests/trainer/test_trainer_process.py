@@ -266,12 +266,13 @@ IMAGENET = ["--model=resnet18", "--image_size=32", "--batch_size=8", "--num_epoc
             "--warmup_epochs=0", "--log_steps=0"]
 
 
-def damaged_copy(shards, folder, damage):
+def damaged_copy(shards, folder, damage, splits=("train",)):
     """A copy of the shard set ``shards`` in ``folder`` with ``damage(path)`` done to each
-    train shard."""
+    shard of ``splits``."""
     shutil.copytree(str(shards), str(folder))
-    for shard in sorted(folder.glob("train-*.tar")):
-        damage(shard)
+    for split in splits:
+        for shard in sorted(folder.glob(split + "-*.tar")):
+            damage(shard)
     return folder
 
 
@@ -311,18 +312,49 @@ def one_line_error(err, code, returncode):
     return lines[-2]
 
 
-@pytest.mark.parametrize("workers", [0, 1, 3])
-def test_an_image_that_does_not_decode_stops_the_run_naming_shard_and_key(photo_shards,
-                                                                          tmp_path, workers):
+@pytest.mark.parametrize("workers", [0, 3])
+def test_an_image_that_does_not_decode_is_skipped_named_and_counted(photo_shards, tmp_path,
+                                                                    workers):
+    """Example 5 of each train and val shard cut to a third: it ended the run (exit 65) the
+    first time it was read. Now the first 5 of each epoch and evaluation are named, training
+    gets another image of its batch in place of each, the evaluation leaves them out, and the
+    run ends 0 with the counts, in and out of data workers alike."""
+    data = indexed_as_they_are(damaged_copy(photo_shards, tmp_path / "shards",
+                                            truncate_example_5, splits=("train", "val")))
+    train, val = (len(list(data.glob(split + "-*.tar"))) for split in ("train", "val"))
+    assert train > 5 and 0 < val < 5  # named up to 5 an epoch, then counted
+    job = tmp_path / "job"
+    returncode, out, err = finish(trainer("trainer.imagenet", "--data_dir=" + str(data),
+                                          "--num_workers={}".format(workers),
+                                          "--job_dir=" + str(job), *IMAGENET))
+    assert returncode == 0, err
+    skipped = re.findall(r"skipped a damaged image \((epoch 1|the evaluation after epoch 1)\): "
+                         r"{}/(train|val)-(\d{{6}})\.tar#\2-\3_000005: (.+)".format(
+                             re.escape(str(data))), out)
+    assert [(where, split) for where, split, _, _ in skipped] == \
+        [("epoch 1", "train")] * 5 + [("the evaluation after epoch 1", "val")] * val, out
+    assert "more damaged images in epoch 1: counted, not named" in out
+    assert "Traceback" not in err
+    # 192 examples in 24 steps of 8: every damaged one is in a trained step.
+    [evaluation] = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()
+                    if json.loads(line)["kind"] == "eval"]
+    assert (evaluation["train_damaged_images"], evaluation["eval_damaged_images"]) == (train, val)
+    summary = json.loads((job / "summary.json").read_text())
+    assert (summary["train_damaged_images"], summary["eval_damaged_images"]) == (train, val)
+    assert "epoch 1: {} damaged images skipped in training".format(train) in out
+
+
+def test_past_max_bad_images_the_run_stops_naming_the_first_files(photo_shards, tmp_path):
     data = indexed_as_they_are(damaged_copy(photo_shards, tmp_path / "shards",
                                             truncate_example_5))
     returncode, _, err = finish(trainer("trainer.imagenet", "--data_dir=" + str(data),
-                                        "--num_workers={}".format(workers),
+                                        "--num_workers=1", "--max_bad_images=2",
                                         "--job_dir=" + str(tmp_path / "job"), *IMAGENET))
     line = one_line_error(err, 65, returncode)
-    assert re.fullmatch(r"DataError: cannot decode {}/train-(\d{{6}})\.tar#train-\1_000005: "
-                        r"image file is truncated.*".format(re.escape(str(data))), line), line
-    assert "python -m trainer.data.make_shards" in err.splitlines()[-1]
+    assert re.fullmatch(r"DataError: 3 damaged images in epoch 1 on this host, more than "
+                        r"--max_bad_images=2 allows \(2 of 192\): first {0}/train-\d{{6}}"
+                        r"\.tar#train-\d{{6}}_000005, .*".format(re.escape(str(data))),
+                        line), line
 
 
 @pytest.mark.parametrize("workers", [0, 3])

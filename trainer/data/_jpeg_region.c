@@ -54,6 +54,12 @@ static void on_message(j_common_ptr cinfo, int level) {
  * sampling the tests do not cover, at the cost of a few pixels' decode. */
 #define RIGHT_MARGIN 2
 
+/* The most memory libjpeg may take for one image: trainer/data/jpeg_limits.py's
+ * DECODE_BUDGET, which refuses what its markers declare past it before any decode; this is
+ * for what they do not show. Past it libjpeg-turbo, which has no backing store, stops with an
+ * error: a damaged image. */
+#define DECODE_BUDGET (512L * 1024 * 1024)
+
 static int clamp(int value, int low, int high) {
     return value < low ? low : (value > high ? high : value);
 }
@@ -100,6 +106,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     }
     jpeg_create_decompress(&cinfo);
     created = 1;
+    cinfo.mem->max_memory_to_use = DECODE_BUDGET;
     /* `data` stays valid without the GIL: this holds its buffer until the end. */
     released = PyEval_SaveThread();
     jpeg_mem_src(&cinfo, (const unsigned char *)data.buf, (unsigned long)data.len);

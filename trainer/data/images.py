@@ -10,8 +10,13 @@ resize in one resample (``resample``). A plain JPEG takes the fastest decoder he
 (``jpeg_decode.decoder()``): simplejpeg's header and (reduced) decode where it is installed,
 without Pillow; else Pillow's header and reduced decode, and torchvision's full-size decode
 straight into a tensor. Grayscale, CMYK and palette images become RGB; any format Pillow
-reads is accepted whatever the file's name says. An image that does not decode is a
-``DataError`` (exit 65) naming it.
+reads is accepted whatever the file's name says.
+
+An image that does not decode is a ``DamagedImage`` naming it and why (the stream skips and
+counts it: ``trainer.data.damage``): whatever a decoder raises on bad bytes, libjpeg's warnings
+(the strict decoders'), and a file over a worker's limits (``jpeg_limits``: scans, decoder
+memory; Pillow's pixel limit). A JPEG the strict decoders call damaged is never handed to
+Pillow, which ignores libjpeg's warnings and would return made-up pixels.
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ import math
 import random
 import struct
 import zlib
-from typing import Iterator, Tuple
+from typing import Any, Iterator, NamedTuple, Tuple
 
 import torch
 
-from trainer.data import jpeg_decode
+from trainer.data import jpeg_decode, jpeg_limits
 from trainer.data.resample import (
     Box,
     crop_resized,
@@ -42,6 +47,24 @@ SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 # Pillow refuses images over 89 million pixels by default ("decompression bomb"); ImageNet
 # has some near 100 million. Allow up to this many (about 1 GB decoded at full size).
 MAX_PIXELS = 350_000_000
+# What decoders raise on bad bytes: Pillow's own errors (SyntaxError, struct.error, EOFError,
+# DecompressionBombError among them), and the IndexError, KeyError, OverflowError and
+# ZeroDivisionError of their header parsing (simplejpeg raised KeyError: 6 for a valid 4:4:1
+# file, a traceback that ended the run). RuntimeError and TypeError are left out: from here
+# they would be a bug, never a file's fault.
+DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, struct.error, KeyError,
+                 IndexError, OverflowError, ZeroDivisionError, MemoryError)
+
+
+class DamagedImage(DataError):
+    """An image that does not decode, or is over a worker's limits: ``name`` and ``reason``."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__("cannot decode {}: {}".format(name, reason),
+                         "replace or remove the file; or, in a shard, write the shards again "
+                         "with python -m trainer.data.make_shards, which decodes every image "
+                         "it stores and skips those that do not decode")
+        self.name, self.reason = name, reason
 
 
 def open_image(data: bytes):
@@ -103,38 +126,52 @@ def train_image(data: bytes, size: int, rng: random.Random, name: str = "an imag
     """A random crop of the image in ``data`` resized to ``size`` and flipped half the time:
     uint8, ``3 x size x size``. A DataError names ``name`` if it does not decode."""
     with _decoding(name):
-        width, height, image = _opened(data)
-        box = crop_box(width, height, rng)
+        opened = _opened(data)
+        box = crop_box(opened.width, opened.height, rng)
         flip = rng.random() < 0.5
-        return _crop_resized(data, width, height, image, box, size, flip)
+        return _crop_resized(data, opened, box, size, flip)
 
 
 def eval_image(data: bytes, size: int, name: str = "an image") -> torch.Tensor:
     """The centre of the image in ``data`` (256/224 resize and crop): uint8, ``3 x size x
     size``. A DataError names ``name`` if it does not decode."""
     with _decoding(name):
-        width, height, image = _opened(data)
-        return _crop_resized(data, width, height, image, centre_box(width, height, size), size,
+        opened = _opened(data)
+        return _crop_resized(data, opened, centre_box(opened.width, opened.height, size), size,
                              False)
 
 
 @contextlib.contextmanager
 def _decoding(name: str) -> Iterator[None]:
-    """Turns what Pillow raises for data that is not a whole image into a DataError."""
+    """Turns what a decoder raises for data that is not a whole, usable image into a
+    ``DamagedImage`` naming it."""
     from PIL import Image
 
     try:
         yield
-    except (OSError, ValueError, SyntaxError, EOFError, struct.error,
-            Image.DecompressionBombError) as error:
+    except DECODE_ERRORS + (Image.DecompressionBombError,) as error:
         # Pillow names what it could not identify by the repr of the BytesIO it was given.
-        reason = ("not an image file Pillow reads"
-                  if isinstance(error, Image.UnidentifiedImageError)
-                  else str(error) or type(error).__name__)
-        raise DataError("cannot decode {}: {}".format(name, reason),
-                        "replace or remove the file; or, in a shard, write the shards again "
-                        "with python -m trainer.data.make_shards, which decodes every image it "
-                        "stores and skips those that do not decode")
+        if isinstance(error, Image.UnidentifiedImageError):
+            reason = "not an image file Pillow reads"
+        else:
+            reason = (str(error).splitlines() or [""])[0] or type(error).__name__
+            if isinstance(error, (KeyError, IndexError, OverflowError, ZeroDivisionError)):
+                reason = "{}: {}".format(type(error).__name__, reason)
+        raise DamagedImage(name, reason)
+
+
+def verify(data: bytes, name: str = "an image") -> None:
+    """All of the image in ``data`` decoded at its smallest scale, by the strictest decoder
+    here (``make_shards`` checks what it stores so): a ``DamagedImage`` if any of it is
+    damaged or over a worker's limits. A crop decodes only the rows it needs, so damage
+    elsewhere in a file shows only here, or when a crop reaches it."""
+    with _decoding(name):
+        opened = _opened(data)
+        if opened.image is None:
+            jpeg_decode.scaled(data, opened.width, opened.height, 8)
+        else:
+            opened.image.draft("RGB", (64, 64))
+            opened.image.load()
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
@@ -162,24 +199,41 @@ def reduction(width: int, height: int, box: Box, size: int) -> int:
     return next((divisor for divisor in (8, 4, 2) if most >= divisor), 1)
 
 
-def _opened(data: bytes) -> tuple:
-    """(width, height, the image opened by Pillow) of the image in ``data``; the image None
-    where simplejpeg decodes it: its header is read instead (a fraction of Pillow's
-    ``open``)."""
+class _Opened(NamedTuple):
+    """An image's size, and the image opened by Pillow, None where simplejpeg's header was
+    read instead (a fraction of Pillow's ``open``); ``sampling``: a JPEG's components' (h, v)
+    (``jpeg_limits.Layout``), empty where its markers were not read."""
+
+    width: int
+    height: int
+    image: Any
+    sampling: Tuple[Tuple[int, int], ...]
+
+
+def _opened(data: bytes) -> _Opened:
+    """The image in ``data`` opened; a JPEG over a worker's limits (``jpeg_limits``) is
+    refused first (OSError)."""
+    found = jpeg_limits.layout(data)
+    if found is not None:
+        reason = jpeg_limits.problem(found)
+        if reason is not None:
+            raise OSError(reason)
+    sampling = found.sampling if found is not None else ()
     simple = jpeg_decode.header(data)
     # Past Pillow's refusal (twice MAX_PIXELS), Pillow opens it: its DecompressionBombError is
-    # the one-line data error, where a decode would take gigabytes in every worker.
+    # a damaged image, where a decode would take gigabytes in every worker.
     if (simple is not None and simple[0] * simple[1] <= 2 * MAX_PIXELS
             and torch_resamples_uint8()):
-        return simple[0], simple[1], None
+        return _Opened(simple[0], simple[1], None, sampling)
     image = open_image(data)
-    return image.size[0], image.size[1], image
+    return _Opened(image.size[0], image.size[1], image, sampling)
 
 
-def _crop_resized(data: bytes, width: int, height: int, image, box: Box, size: int,
-                  flip: bool) -> torch.Tensor:
-    """``box`` resized to ``size`` (mirrored if ``flip``) of the ``width x height`` image in
-    ``data``, ``image`` as ``_opened`` gives it."""
+def _crop_resized(data: bytes, opened: _Opened, box: Box, size: int, flip: bool
+                  ) -> torch.Tensor:
+    """``box`` resized to ``size`` (mirrored if ``flip``) of the image ``opened`` from
+    ``data``."""
+    width, height, image = opened.width, opened.height, opened.image
     if image is None:
         divisor = reduction(width, height, box, size)
         # The decoded size libjpeg gives at 1/divisor (rounded up), and the box there in
@@ -188,20 +242,14 @@ def _crop_resized(data: bytes, width: int, height: int, image, box: Box, size: i
         sx, sy = scaled_width / width, scaled_height / height
         left, top, right, bottom = pixel_box((box[0] * sx, box[1] * sy, box[2] * sx,
                                               box[3] * sy), scaled_width, scaled_height)
-        try:
-            block = jpeg_decode.region(data, width, height, divisor, (left, top, right, bottom),
-                                       flip)
-        except OSError:  # what libjpeg-turbo refuses strictly Pillow may still read
-            pass
-        else:
-            return resized(block, size)
-        image = open_image(data)
+        # Strict: what libjpeg-turbo refuses or warns of is damage (OSError), never handed
+        # to Pillow, which ignores libjpeg's warnings and returns made-up pixels.
+        block = jpeg_decode.region(data, width, height, divisor, (left, top, right, bottom),
+                                   flip, opened.sampling)
+        return resized(block, size)
     image.draft("RGB", draft_size(width, height, box, size))
     if image.size == (width, height) and _decodes_to_tensor(image):
-        try:
-            return tensor_crop_resized(jpeg_decode.decoded(data), box, size, flip)
-        except OSError:  # what libjpeg-turbo refuses Pillow may still read (its own libjpeg)
-            pass
+        return tensor_crop_resized(jpeg_decode.decoded(data), box, size, flip)
     sx, sy = image.size[0] / width, image.size[1] / height
     return crop_resized(image, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy), size, flip)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import io
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -131,19 +131,27 @@ def scaled(data: bytes, width: int, height: int, reduction: int) -> torch.Tensor
 
 
 def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int, int, int, int],
-           mirror: bool) -> torch.Tensor:
+           mirror: bool, sampling: Sequence[Tuple[int, int]] = ()) -> torch.Tensor:
     """The pixel box ``box`` (left, top, right, bottom) of the JPEG in ``data`` (``header``:
     ``width x height``) decoded at 1/``reduction`` (1, 2, 4 or 8; the box in that scale's
     pixels, inside the image), mirrored left to right if ``mirror``: a contiguous uint8 RGB
     ``h x w x 3`` tensor, the pixels of ``scaled`` (the same libjpeg-turbo decode: 0 levels
     apart, test_jpeg_decode). Where ``_jpeg_region`` is not built, cut out of ``scaled``'s
-    whole image. OSError if it is not a whole JPEG."""
+    whole image. OSError if it is not a whole JPEG. ``sampling``: its components' (h, v)
+    (``jpeg_limits.Layout``), for the crops libjpeg-turbo gets wrong (``_crops_exactly``).
+
+    A box outside the scaled image is a caller's bug: a RuntimeError, never a fallback."""
+    scaled_width, scaled_height = -(-width // reduction), -(-height // reduction)
+    if not (0 <= box[0] < box[2] <= scaled_width and 0 <= box[1] < box[3] <= scaled_height):
+        raise RuntimeError("region {} is not inside the {} x {} image at 1/{}".format(
+            box, scaled_width, scaled_height, reduction))
     module = _region_module()
     # A file cut short below the box would decode without a word: a file that does not end at
     # its End Of Image marker is decoded whole, strictly (bytes after the marker, which some
     # cameras write, take that path too and decode). Damage inside a file that still ends at
     # its marker is found when a crop reaches it (libjpeg-turbo's warning, an error here).
-    if module is None or not data.endswith(b"\xff\xd9"):
+    if (module is None or not data.endswith(b"\xff\xd9")
+            or not _crops_exactly(module, sampling, reduction)):
         return box_rows(scaled(data, width, height, reduction).permute(1, 2, 0), box, mirror)
     try:
         pixels, x, width = module.decode(data, reduction, *box, FAST_DCT)
@@ -151,6 +159,21 @@ def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int,
         raise OSError("cannot decode the JPEG: {}".format(error))
     rows = torch.frombuffer(pixels, dtype=torch.uint8).view(box[3] - box[1], width, 3)
     return box_rows(rows, (box[0] - x, 0, box[2] - x, box[3] - box[1]), mirror)
+
+
+# The first libjpeg-turbo whose jpeg_crop_scanline decodes 4x2 and 2x4 chroma sampling right at
+# 1/2 and 1/4 scale: 2.1.5 returned boxes up to 158 levels off there, from memory its
+# upsampler never initialised (valgrind: jinit_upsampler).
+CROP_FIXED_VERSION = 3000000
+
+
+def _crops_exactly(module, sampling: Sequence[Tuple[int, int]], reduction: int) -> bool:
+    """Whether ``module``'s libjpeg-turbo decodes a region of a JPEG of ``sampling`` at
+    1/``reduction`` as a full decode does; where not, the image is decoded whole."""
+    if reduction == 1 or module.LIBJPEG_TURBO_VERSION >= CROP_FIXED_VERSION or not sampling:
+        return True
+    most = (max(h for h, _ in sampling), max(v for _, v in sampling))
+    return most not in ((4, 2), (2, 4))
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 from typing import NamedTuple, Optional
 
-from trainer.data import images
+from trainer.data import images, jpeg_limits
 
 LOSSY_FORMATS = ("JPEG", "MPO", "WEBP", "JPEG2000", "AVIF", "HEIF")
 JPEG_QUALITY = 95
@@ -145,11 +145,11 @@ def _eight_bit(image):
 
 
 def _decodes(data: bytes) -> bool:
+    """Whether every byte of ``data`` decodes as the trainers' workers will decode it: strictly
+    and within their limits (``images.verify``)."""
     try:
-        image = images.open_image(data)
-        image.draft("RGB", (64, 64))
-        image.load()
-    except Exception:  # as in ``stored``
+        images.verify(data)
+    except images.DamagedImage:
         return False
     return True
 
@@ -157,37 +157,16 @@ def _decodes(data: bytes) -> bool:
 def jpeg_frame(data: bytes) -> Optional[tuple]:
     """(start-of-frame marker, sample precision in bits) of a JPEG's frame header, or None
     when the segments before it are not well formed."""
-    segments = _segments(data)
+    segments = jpeg_limits.segments(data)
     for marker, start, end in segments:
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and end > start:
             return marker, data[start]
     return None
 
 
-def _segments(data: bytes) -> list:
-    """[(marker, payload start, payload end)] of a JPEG's segments from its start up to the
-    start of scan; [] when they are not well formed."""
-    if data[:2] != b"\xff\xd8":
-        return []
-    found, at = [], 2
-    while at + 4 <= len(data) and data[at] == 0xFF:
-        marker = data[at + 1]
-        if marker == 0xFF:  # a fill byte
-            at += 1
-            continue
-        end = at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
-        if end > len(data):
-            return []
-        found.append((marker, at + 4, end))
-        if marker == 0xDA:
-            return found
-        at = end
-    return []
-
-
 def _without_mpf(data: bytes) -> bytes:
     """A JPEG without its APP2 ``MPF`` segment (which says more images follow)."""
-    for marker, start, end in _segments(data):
+    for marker, start, end in jpeg_limits.segments(data):
         if marker == 0xE2 and data[start:start + 4] == b"MPF\0":
             return data[:start - 4] + data[end:]
     return data

@@ -44,13 +44,13 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from trainer.batches import IGNORE_LABEL, Batch, DataSource, RunSchedule, pad_batch
-from trainer.data import epoch_order, images, loader, plan, step_ring
+from trainer.data import damage, epoch_order, images, loader, plan, step_ring
 from trainer.data.shard_reads import prefetched
 
 TRAIN, EVAL = "train", "eval"
@@ -62,8 +62,10 @@ CLOSE_WAIT_S = 1.0
 # A stream on its own (no run told it its schedule): every epoch evaluated, no end.
 ENDLESS = RunSchedule()
 # What a worker hands over: (unit number, step, part, parts, images, labels, group number,
-# rows); images and labels None: the unit is in the step ring (``step_ring``).
-Item = Tuple[int, int, int, int, Optional[torch.Tensor], Optional[torch.Tensor], int, int]
+# rows, the unit's damaged examples: ``damage.Damaged``, their rows masked); images and labels
+# None: the unit is in the step ring (``step_ring``).
+Item = Tuple[int, int, int, int, Optional[torch.Tensor], Optional[torch.Tensor], int, int,
+             Tuple[damage.Damaged, ...]]
 # A unit with where it goes: (kind, epoch, unit, group number, first row in its step, the
 # steps of its group: ``StreamSpec.block``).
 Placed = Tuple[str, Optional[int], epoch_order.Unit, int, int, range]
@@ -208,31 +210,41 @@ def worker_items(spec: StreamSpec, start: Position, position: int, workers: int,
                     placing = ((kind, epoch, block),
                                destinations(spec, kind, epoch, block, ring.rows))
                 first = (step - block.start) * split.cut.local_batch + offset
-                _decode_into(x, y, placing[1][first:first + len(examples)], examples, decode)
+                damaged = _decode_into(x, y, placing[1][first:first + len(examples)],
+                                       examples, decode)
                 end = offset + len(examples)
                 if part + 1 == parts and end < split.cut.local_batch:  # padded, as pad_batch
                     padding = slice((step - block.start) * ring.rows + end,
                                     (step - block.start) * ring.rows + split.cut.local_batch)
                     x[padding].zero_()
                     y[padding] = IGNORE_LABEL
-                yield number, step, part, parts, None, None, group, len(examples)
+                yield (number, step, part, parts, None, None, group, len(examples),
+                       tuple(damaged or ()))
             else:
                 x = _batch_tensor(len(examples), spec.image_size)
                 y = torch.empty(len(examples), dtype=torch.int64)
-                _decode_into(x, y, range(len(examples)), examples, decode)
-                yield number, step, part, parts, x, y, group, len(x)
+                damaged = _decode_into(x, y, range(len(examples)), examples, decode)
+                yield number, step, part, parts, x, y, group, len(x), tuple(damaged or ())
             number += max(1, workers)
     finally:
         fetched.close()
 
 
 def _decode_into(x: torch.Tensor, y: torch.Tensor, rows: Sequence[int], examples: List[Any],
-                 decode: Callable[[str, bytes], torch.Tensor]) -> None:
-    """Each of ``examples`` decoded into row ``rows[i]`` of ``x``, its label into ``y``."""
+                 decode: Callable[[str, bytes], torch.Tensor]) -> List[damage.Damaged]:
+    """Each of ``examples`` decoded into row ``rows[i]`` of ``x``, its label into ``y``; those
+    that do not decode masked there as padding is (``damage``), and returned."""
+    damaged: List[damage.Damaged] = []
     for index, (name, data, label) in enumerate(examples):
-        x[rows[index]] = decode(name, data)
-        y[rows[index]] = label
+        try:
+            x[rows[index]] = decode(name, data)
+            y[rows[index]] = label
+        except images.DamagedImage as error:
+            x[rows[index]].zero_()
+            y[rows[index]] = IGNORE_LABEL
+            damaged.append((error.name, error.reason))
         examples[index] = None  # its bytes go once decoded
+    return damaged
 
 
 def _decoder(kind: str, epoch: Optional[int], spec: StreamSpec, root
@@ -298,7 +310,9 @@ class Stream:
         self.held: Optional[Tuple[Tuple[str, Optional[int], range],
                                   Union[_RingGroup, List[List[Batch]]]]] = None
         self.generation = 0  # a newer request makes the iterators of older ones stale
+        self.reading: Tuple[str, Optional[int]] = (TRAIN, None)  # the group being read
         self.starts = 0  # how many times the workers were started
+        self.damage = damage.DamageLedger()  # its policy: ``--max_bad_images``
         self.lock = threading.Lock()
 
     def schedule(self, run: RunSchedule) -> None:
@@ -384,6 +398,9 @@ class Stream:
                     batch = _joined(held[step - group.start], cut.local_batch)
                 else:
                     batch = _mixed(held, mixing.rows(step, cut, self.spec.host))
+                if kind == TRAIN and epoch is not None:
+                    replaced = damage.stand_in(batch[0], batch[1], self.spec.seed, epoch, step)
+                    self.damage.counted(TRAIN, epoch, replaced, steps * cut.local_batch)
                 step += 1
                 # Where the stream is once this batch is taken: the next segment after the
                 # last (a caller that takes exactly the segment's steps never asks again).
@@ -410,6 +427,9 @@ class Stream:
         original steps' local batches in parts (``_original_step``)."""
         number, ring = self.groups, self.ring
         self.groups += 1
+        self.reading = (kind, epoch)  # what ``_next_item``'s damaged examples belong to
+        if kind == EVAL and group.start == 0:
+            self.damage.evaluating(epoch)
         if ring is None:
             return [self._original_step(original, number) for original in group]
         ring.want(number)
@@ -465,6 +485,12 @@ class Stream:
                                "unit {} of step {} (group {}) belongs".format(
                                    item[0], item[1], item[6], self.next_unit, step, group))
         self.next_unit += 1
+        if item[8]:
+            kind, epoch = self.reading
+            self.damage.named(kind, epoch, item[8])
+            if kind == EVAL:  # masked, as padding: training counts what it stands in for
+                self.damage.counted(EVAL, epoch, len(item[8]),
+                                    self.spec.steps(EVAL) * self.spec.val.cut.local_batch)
         return item
 
 
@@ -530,3 +556,9 @@ class StreamSource(DataSource):
 
     def close(self) -> None:
         self.stream.close()
+
+    def damaged_images(self, epoch: Optional[int] = None) -> Dict[str, int]:
+        return self.stream.damage.figures(epoch)
+
+    def damaged_image_policy(self, text: str) -> None:
+        self.stream.damage.policy = damage.parse_policy(text)

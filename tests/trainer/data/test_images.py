@@ -5,7 +5,7 @@ import random
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -226,3 +226,46 @@ def test_the_fast_idct_decode_is_within_its_bound_of_the_accurate_full_decode_an
         difference = (got.int() - expected.int()).abs()
         assert difference.max() <= decoded.max() + 1, seed
         assert difference.float().mean() <= decoded.float().mean() + 1, seed
+
+
+@pytest.mark.skipif(jpeg_decode.decoder() not in ("region", "simplejpeg"),
+                    reason="a strict decoder (the region decoder or simplejpeg) is not here")
+def test_a_jpeg_damaged_inside_is_damage_never_pillows_made_up_pixels(monkeypatch):
+    """A JPEG cut in half with its End Of Image marker appended: libjpeg warns (premature end
+    of data) where the centre crop reaches the cut. The strict decoders' error used to send it
+    to Pillow, which ignores the warning and returned grey rows as an image."""
+    def no_pillow(*args):
+        raise AssertionError("handed a damaged JPEG to Pillow")
+
+    picture = Image.effect_noise((320, 240), 64).convert("RGB")
+    whole = encoded(picture, quality=90)
+    damaged = whole[:len(whole) // 2] + b"\xff\xd9"
+    monkeypatch.setattr(images, "open_image", no_pillow)
+    with pytest.raises(images.DamagedImage, match=r"^cannot decode cut.jpg: .*JPEG") as raised:
+        images.eval_image(damaged, 64, "cut.jpg")
+    assert raised.value.name == "cut.jpg" and raised.value.exit_code == 65
+
+
+_SMALL_JPEG = encoded(Image.effect_noise((48, 40), 64).convert("RGB"), quality=85)
+
+
+@settings(deadline=None)  # the first call loads the decoders (about 0.6 s)
+@given(st.lists(st.tuples(st.integers(0, len(_SMALL_JPEG) - 1), st.integers(0, 255)),
+                max_size=8), st.integers(0, len(_SMALL_JPEG)), st.booleans())
+@example([(2 + 3, 0xC4)], len(_SMALL_JPEG), False)  # a frame marker where a table was
+def test_bad_bytes_are_a_damaged_image_or_an_image_never_another_error(edits, cut, end_marker):
+    """Whatever bytes a bucket holds, a decode gives a tensor or a DamagedImage naming the
+    file: simplejpeg's header raised KeyError: 6 for a 4:4:1 file, a traceback."""
+    data = bytearray(_SMALL_JPEG)
+    for at, value in edits:
+        data[at] = value
+    data = bytes(data[:cut]) + (b"\xff\xd9" if end_marker else b"")
+    for decode in (lambda: images.eval_image(data, 32, "x.jpg"),
+                   lambda: images.train_image(data, 32, random.Random(0), "x.jpg"),
+                   lambda: images.verify(data, "x.jpg")):
+        try:
+            image = decode()
+        except images.DamagedImage as damaged:
+            assert damaged.name == "x.jpg" and "\n" not in damaged.message
+        else:
+            assert image is None or image.shape == (3, 32, 32)

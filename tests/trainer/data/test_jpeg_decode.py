@@ -293,3 +293,27 @@ def test_a_jpeg_cut_short_is_an_os_error_not_grey_rows():
     data = jpeg(photo_like(301, 203), quality=85)
     with pytest.raises(OSError, match="cannot decode the JPEG"):
         jpeg_decode.scaled(data[:len(data) // 2], 301, 203, 1)
+
+
+class _Turbo:
+    def __init__(self, version):
+        self.LIBJPEG_TURBO_VERSION = version
+
+
+@pytest.mark.parametrize("version, sampling, reduction, exact", [
+    (2001005, ((4, 2), (1, 1), (1, 1)), 2, False),  # libjpeg-turbo 2.1.5's wrong pixels
+    (2001005, ((2, 4), (1, 1), (1, 1)), 4, False),
+    (2001005, ((4, 2), (1, 1), (1, 1)), 1, True),  # full scale: right
+    (2001005, ((2, 2), (1, 1), (1, 1)), 2, True),  # 4:2:0: right
+    (3000000, ((4, 2), (1, 1), (1, 1)), 2, True),  # fixed in 3.0.0
+])
+def test_crops_libjpeg_turbo_gets_wrong_are_decoded_whole(version, sampling, reduction, exact):
+    assert jpeg_decode._crops_exactly(_Turbo(version), sampling, reduction) is exact
+
+
+def test_a_box_outside_the_image_is_a_bug_not_a_fallback():
+    data = jpeg_decode._probe()  # 16 x 16
+    for box in ((0, 0, 17, 4), (4, 4, 4, 8), (-1, 0, 4, 4), (0, 0, 9, 9)):
+        reduction = 2 if box == (0, 0, 9, 9) else 1
+        with pytest.raises(RuntimeError, match="is not inside the"):
+            jpeg_decode.region(data, 16, 16, reduction, box, False)

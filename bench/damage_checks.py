@@ -1,0 +1,73 @@
+"""What the damaged-image policy (issue 57) costs where nothing is damaged, as a share of the
+work it rides on (run: python bench/damage_checks.py [--per-class N] [--rounds N]).
+
+- a data worker, per image: ``jpeg_limits.layout`` and ``problem`` (the markers read, the
+  scans counted) against the image's whole training decode (``images.train_image``, which
+  now includes them), on the photographs ``bench/decode_pairs.py`` uses (about 480 x 450 px,
+  quality 90, 4:2:0), CPU seconds of this process (``time.process_time``), torch at one
+  thread as in a worker;
+- the trainer's side, per training step: ``damage.stand_in`` on a local batch of 512 images of
+  224 px with no damaged row (what every step now pays: its labels scanned for a masked one).
+
+Printed: the median over rounds of each figure and the ratios. The policy adds nothing else
+to a batch without damage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != REPO / "bench"]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+
+def per_item(function, items, rounds):
+    """Median over ``rounds`` of the CPU seconds per item of ``function`` over ``items``."""
+    found = []
+    for _ in range(rounds + 1):  # the first warms up
+        started = time.process_time()
+        for index, item in enumerate(items):
+            function(item, index)
+        found.append((time.process_time() - started) / len(items))
+    return statistics.median(found[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-class", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    import torch
+
+    import photos
+    from trainer.data import damage, images, jpeg_decode, jpeg_limits
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as work:
+        pictures = photos.plain_jpegs(Path(work) / "tree", args.per_class, 500)
+    checks = per_item(lambda data, _: jpeg_limits.problem(jpeg_limits.layout(data)), pictures,
+                      args.rounds)
+    decode = per_item(lambda data, index: images.train_image(
+        data, 224, images.draws(0, 0, index)), pictures, args.rounds)
+    x = torch.zeros((512, 3, 224, 224), dtype=torch.uint8)
+    y = torch.arange(512, dtype=torch.int64)
+    batches = [(x, y)] * 50
+    step = per_item(lambda batch, index: damage.stand_in(batch[0], batch[1], 0, 0, index),
+                    batches, args.rounds)
+    print("{} photographs, {}, {} rounds".format(len(pictures), jpeg_decode.described(),
+                                                 args.rounds))
+    print("worker, per image: marker checks {:.1f} us of a training decode of {:.3f} ms "
+          "({:.2%})".format(checks * 1e6, decode * 1e3, checks / decode))
+    print("trainer, per step of 512: stand_in without damage {:.1f} us ({:.4f} us an image; "
+          "a 64 ms v5e step: {:.3%})".format(step * 1e6, step * 1e6 / 512, step / 0.064))
+
+
+if __name__ == "__main__":
+    main()

@@ -61,6 +61,9 @@ def main(argv=None) -> None:
     parser.add_argument("out_dir")
     parser.add_argument("--bundle", action="store_true",
                         help="copy the libjpeg.so.62 it links against next to the module")
+    parser.add_argument("--sanitize", action="store_true",
+                        help="built with AddressSanitizer and UBSan, for tests/"
+                             "sanitized_jpeg_region.py (make fuzz); never for the image")
     parser.add_argument("--strict", action="store_true",
                         help="warnings are errors (make venv; not the image, whose compiler "
                              "is the base release's)")
@@ -75,7 +78,10 @@ def main(argv=None) -> None:
     # Every build of another Python's suffix stays (the dev tree may hold several); this one's
     # is replaced whole, never half-written (the compiler writes a temporary file first).
     partial = module + ".partial"
-    command = cc + ["-O2", "-fPIC", "-shared", "-Wall"] + (["-Werror"] if args.strict else []) + [
+    sanitizers = (["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                   "-fno-omit-frame-pointer", "-g"] if args.sanitize else [])
+    command = cc + ["-O2", "-fPIC", "-shared", "-Wall"] + sanitizers + (
+        ["-Werror"] if args.strict else []) + [
         "-I" + include, args.source, "-o", partial,
         # RPATH, not RUNPATH: the copy beside the module wins over LD_LIBRARY_PATH.
         "-ljpeg", "-Wl,-rpath,$ORIGIN", "-Wl,--disable-new-dtags"]

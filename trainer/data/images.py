@@ -26,6 +26,7 @@ import io
 import math
 import random
 import struct
+import warnings
 import zlib
 from typing import Any, Iterator, NamedTuple, Tuple
 
@@ -44,9 +45,12 @@ from trainer.errors import DataError
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
-# Pillow refuses images over 89 million pixels by default ("decompression bomb"); ImageNet
-# has some near 100 million. Allow up to this many (about 1 GB decoded at full size).
-MAX_PIXELS = 350_000_000
+# Pillow's pixel limit, from a worker's decode budget (``jpeg_limits.DECODE_BUDGET``): Pillow
+# holds 4 bytes a pixel and refuses past twice this ("decompression bomb", a damaged image
+# here), so a decode it runs stays within the budget: 134 million pixels (ImageNet has some
+# near 100 million; Pillow's own default refuses past 179 million). Between this and twice it
+# Pillow only warns, which is not printed: the image is within the budget.
+MAX_PIXELS = jpeg_limits.DECODE_BUDGET // 8
 # What decoders raise on bad bytes: Pillow's own errors (SyntaxError, struct.error, EOFError,
 # DecompressionBombError among them), and the IndexError, KeyError, OverflowError and
 # ZeroDivisionError of their header parsing (simplejpeg raised KeyError: 6 for a valid 4:4:1
@@ -72,7 +76,9 @@ def open_image(data: bytes):
     from PIL import Image
 
     Image.MAX_IMAGE_PIXELS = MAX_PIXELS
-    return Image.open(io.BytesIO(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(io.BytesIO(data))
 
 
 def draws(seed: int, epoch: int, key) -> random.Random:

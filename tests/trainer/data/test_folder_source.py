@@ -120,3 +120,29 @@ def test_its_identity_is_the_training_files_and_their_classes_and_its_layout_the
     assert moved["examples"] == 12 and moved != first  # the same count, another class
     (data / "train" / "class0" / "0.png").unlink()
     assert identity()["examples"] == 11
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_damaged_file_is_stood_in_for_in_training_and_left_out_of_evaluation(tmp_path,
+                                                                               workers):
+    """One train and one val file cut short: training batches keep every row (another image
+    of the batch in its place, the same on a resumed epoch), evaluation masks the row, and the
+    ledger counts each once; it ended the run (exit 65)."""
+    data = make_image_folder(tmp_path / "images", classes=2, per_class=8)  # 4 whole steps
+    for split in ("train", "val"):
+        damaged = sorted((data / split).glob("*/*.png"))[3]
+        damaged.write_bytes(damaged.read_bytes()[:60])
+
+    def source():
+        return FolderSource(str(data), 16, 4, workers, seed=3, eval_batch_size=4)
+
+    first = source()
+    trained = list(first.train_batches(0))
+    assert all((y >= 0).all() for _, y in trained)
+    labels = torch.cat([y for _, y in first.eval_batches()])
+    assert int((labels >= 0).sum()) == len(first.val.files) - 1
+    assert first.damaged_images(0) == {"train_damaged_images": 1, "eval_damaged_images": 1}
+    resumed = list(source().train_batches(0, 1))  # another process, from step 2
+    for (x, y), (again_x, again_y) in zip(trained[1:], resumed):
+        assert torch.equal(x, again_x) and torch.equal(y, again_y)
+    first.close()

@@ -258,7 +258,10 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                          "FIRST+COUNT-1 into JOB_DIR/tensorboard/plugins/profile/ (torch_xla "
                          "2.x); empty: none",
         "keep_checkpoints": "how many newest checkpoints to keep",
-        "hypertune_metric": "metric tag reported to hyperparameter tuning",
+        "hypertune_metric": "the tag hyperparameter tuning reads: where it names a figure the "
+                            "evaluation reports (loss, top5, or one of trainer.train's "
+                            "metrics=), that figure; else the accuracy (top-1, or a binary "
+                            "classifier's), or the loss where there is none",
         "model": "a torchvision classification model (resnet50, vit_b_16, convnext_tiny, ...) "
                  "or your own as PACKAGE.MODULE:CALLABLE (docs/trainers.md)",
         "model_kwargs": "keyword arguments for --model's constructor or callable, as a JSON "

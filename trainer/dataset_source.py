@@ -1,6 +1,10 @@
 """A ``DataSource`` over the user's map-style torch Datasets (``trainer.train``).
 
-Items are ``(input, target)`` pairs of tensors or numbers. Training batches follow
+Items are ``(input, target)`` pairs: the target a tensor or a number, the input one too, or a
+tuple, list or dict of them (``model(*x)``, ``model(**x)``: ``batch_tree``); or a dict, a
+Hugging Face row (``input_ids``, ``attention_mask``, ``labels`` ...), passed whole as
+``model(**row)`` with its ``labels`` (or ``label``, renamed as Hugging Face's collator does)
+as the target. Every leaf is batched on a new first dimension. Training batches follow
 ``batches.epoch_order`` cut into global batches, each host taking its piece
 (``HostPart.of``), the ragged end dropped: every example once per epoch over the job, the order
 a function of ``--seed`` and the epoch alone, so a resume at ``start_step`` continues at the
@@ -34,6 +38,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import Dataset
 
+from trainer.batch_tree import flatten, unflatten
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, steps_in
 from trainer.errors import DataError, TrainerError
 
@@ -115,9 +120,37 @@ def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
     return tensor
 
 
-def item_pair(dataset: Any, name: str, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Item ``index`` of ``dataset`` as (input, target) tensors; an item that is not such a
-    pair is a data error naming it."""
+# What a row's padding holds in ``labels``: the index torch's and Hugging Face's losses ignore.
+IGNORED_LABEL = -100
+# A Hugging Face row's target, and the name its datasets often give it (``DataCollator``
+# renames it so).
+LABELS, LABEL = "labels", "label"
+
+
+def as_input(value: Any, what: str, name: str, index: int) -> Any:
+    """An item's input: a tensor (``as_tensor``), or a tuple, list or dict of inputs (string
+    keys), nested alike."""
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise DataError("{} item {}: its {} has a key {!r}, not a name".format(
+                    name, index, what, key), "dict inputs are passed as model(**x): name "
+                    "each tensor by a string")
+        # In sorted order, as ``flatten`` and the error lines list them: a Dataset whose
+        # dicts come in another order each time still has one structure.
+        return {key: as_input(value[key], "{}[{!r}]".format(what, key), name, index)
+                for key in sorted(value)}
+    if isinstance(value, (tuple, list)):
+        parts = [as_input(part, "{}[{}]".format(what, number), name, index)
+                 for number, part in enumerate(value)]
+        return tuple(parts) if isinstance(value, tuple) else parts
+    return as_tensor(value, what, name, index)
+
+
+def item_pair(dataset: Any, name: str, index: int) -> Tuple[Any, torch.Tensor]:
+    """Item ``index`` of ``dataset`` as (input, target): the input a tensor or a tuple, list or
+    dict of them, the target a tensor; a dict item (a Hugging Face row) is the input whole and
+    its ``labels`` the target. An item that is none of these is a data error naming it."""
     try:
         item = dataset[index]
     except TrainerError:  # one of ours, already a line
@@ -126,29 +159,99 @@ def item_pair(dataset: Any, name: str, index: int) -> Tuple[torch.Tensor, torch.
         raise DataError("{} item {}: __getitem__ raised {}: {}".format(
             name, index, type(error).__name__, _first_line(error)),
             "fix the Dataset's __getitem__ for that index (or its data)")
+    if isinstance(item, dict):
+        row = as_input(item, "row", name, index)
+        if LABEL in row and LABELS not in row:
+            row[LABELS] = row.pop(LABEL)
+            row = {key: row[key] for key in sorted(row)}
+        if LABELS not in row or not isinstance(row[LABELS], torch.Tensor):
+            raise DataError("{} item {} is a dict without 'labels' (its keys: {})".format(
+                name, index, ", ".join(sorted(row))), "give each row its labels (a tensor), "
+                "as Hugging Face's Trainer expects, or return (input, target) pairs")
+        return row, row[LABELS]
     if not isinstance(item, (tuple, list)) or len(item) != 2:
         what = ("a {} of {} parts".format(type(item).__name__, len(item))
                 if isinstance(item, (tuple, list)) else "a {}".format(type(item).__name__))
         raise DataError("{} item {} is {}, not an (input, target) pair".format(
-            name, index, what), "make __getitem__ return (input, target)")
-    return (as_tensor(item[0], "input", name, index),
+            name, index, what), "make __getitem__ return (input, target), or a dict with "
+            "'labels' (a Hugging Face row)")
+    return (as_input(item[0], "input", name, index),
             as_tensor(item[1], "target", name, index))
 
 
 class ItemShape:
-    """The shape and dtype every item of a set has: its item 0's (input, target)."""
+    """The structure, shapes and dtypes every item of a set has: its item 0's (input, target),
+    as ``batch_tree.flatten`` lists their tensors; ``rows``: whether items are dicts (Hugging
+    Face rows, whose ``labels`` pad with ``IGNORED_LABEL``)."""
 
-    def __init__(self, first: Tuple[torch.Tensor, torch.Tensor]) -> None:
-        self.parts = tuple((tuple(t.shape), t.dtype) for t in first)
+    def __init__(self, first: Tuple[Any, torch.Tensor]) -> None:
+        tensors, self.structure = flatten(first)
+        self.parts = tuple((tuple(t.shape), t.dtype) for t in tensors)
+        # (tensor, tensor), the common case: checked and stacked without flattening each item.
+        self.pair = all(isinstance(part, torch.Tensor) for part in first)
+        self.rows = isinstance(first[0], dict) and first[0].get(LABELS) is first[1]
+        self.names = _leaf_names(first)
 
-    def check(self, pair: Tuple[torch.Tensor, torch.Tensor], name: str, index: int) -> None:
-        for what, tensor, (shape, dtype) in zip(("input", "target"), pair, self.parts):
+    def check(self, pair: Tuple[Any, torch.Tensor], name: str, index: int) -> None:
+        if self.pair and isinstance(pair[0], torch.Tensor):
+            tensors, structure = list(pair), self.structure
+        else:
+            tensors, structure = flatten(pair)
+        if structure != self.structure:
+            raise DataError("{} item {}: its fields are {} where item 0's are {}".format(
+                name, index, ", ".join(_leaf_names(pair)), ", ".join(self.names)),
+                "every item must have the same fields (the same keys, the same number of "
+                "parts)")
+        for what, tensor, (shape, dtype) in zip(self.names, tensors, self.parts):
             if tuple(tensor.shape) != shape or tensor.dtype != dtype:
                 raise DataError(
                     "{} item {}: its {} is {} of shape {} where item 0's is {} of shape {}"
                     .format(name, index, what, tensor.dtype, tuple(tensor.shape), dtype,
                             shape), "every item's input (and target) must have one shape and "
-                    "dtype: pad or resize them in the Dataset")
+                    "dtype: pad or resize them in the Dataset (a collate of varying lengths: "
+                    "pad to a fixed length)")
+
+    def stack(self, pairs: Sequence[Tuple[Any, torch.Tensor]], pad_to: int) -> Batch:
+        """``pairs`` as one batch, each tensor stacked on a new first dimension, then padded
+        to ``pad_to`` rows: zeros, and ``IGNORED_LABEL`` in a row's ``labels``."""
+        columns = list(zip(*(pair if self.pair else flatten(pair)[0] for pair in pairs)))
+        stacked = [torch.stack(column) for column in columns] if pairs else [
+            torch.zeros((0,) + shape, dtype=dtype) for shape, dtype in self.parts]
+        missing = pad_to - len(pairs)
+        if missing > 0:
+            stacked = [torch.cat([tensor, tensor.new_full((missing,) + tuple(tensor.shape[1:]),
+                                                          self._padding(name))])
+                       for tensor, name in zip(stacked, self.names)]
+        x, y = unflatten(stacked, self.structure)
+        if self.rows:  # one tensor: the row's labels are the target
+            y = x[LABELS]
+        return x, y
+
+    def _padding(self, name: str) -> int:
+        """What a padding row holds in the tensor ``name``: a row's labels the index the
+        losses ignore (the model computes its loss on the padded batch), else 0."""
+        labels = name == "target" or name == "input[{!r}]".format(LABELS)
+        return IGNORED_LABEL if self.rows and labels else 0
+
+
+def _leaf_names(pair: Tuple[Any, Any]) -> List[str]:
+    """What each tensor of ``pair`` is, in ``flatten``'s order: ``input``, ``input[0]``,
+    ``input['input_ids']``, ``target``."""
+    names: List[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value):  # the pytree's order for a dict: sorted keys
+                walk(value[key], "{}[{!r}]".format(path, key))
+        elif isinstance(value, (tuple, list)):
+            for number, part in enumerate(value):
+                walk(part, "{}[{}]".format(path, number))
+        else:
+            names.append(path)
+
+    walk(pair[0], "input")
+    walk(pair[1], "target")
+    return names
 
 
 @contextlib.contextmanager
@@ -192,16 +295,8 @@ class BatchItems(Dataset):
                 pair = item_pair(self.dataset, self.name, index)
                 self.shape.check(pair, self.name, index)
                 pairs.append(pair)
-        if pairs:
-            x = torch.stack([pair[0] for pair in pairs])
-            y = torch.stack([pair[1] for pair in pairs])
-        else:  # a host's piece of a short last batch may hold no example at all
-            x, y = (torch.zeros((0,) + shape, dtype=dtype) for shape, dtype in self.shape.parts)
-        missing = self.pad_to - len(pairs)
-        if missing > 0:
-            x = torch.cat([x, x.new_zeros((missing,) + tuple(x.shape[1:]))])
-            y = torch.cat([y, y.new_zeros((missing,) + tuple(y.shape[1:]))])
-        return x, y
+        # A host's piece of a short last batch may hold no example at all.
+        return self.shape.stack(pairs, self.pad_to)
 
 
 def first_batch(dataset: Any, name: str, count: int = 2) -> Tuple[ItemShape, Batch]:

@@ -37,7 +37,7 @@ from trainer.outputs import STOP, OutputPaths, RunOutputs
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
-from trainer.steps import Steps, headline_accuracy
+from trainer.steps import BINARY_ACCURACY, Steps, headline_accuracy
 from trainer.summary import GraphCounts, PhaseTimes, summarize
 
 log = logging.getLogger("trainer")
@@ -57,6 +57,9 @@ class TrainSpec:
     # How many rows of each evaluation batch are examples (``steps.Steps``: evaluation then
     # also reports the loss); None: padding is labelled ``batches.IGNORE_LABEL``.
     eval_rows: Optional[Callable[[int], int]] = None
+    # The user's own evaluation metrics (``trainer.train(metrics=...)``): name -> fn(outputs,
+    # targets), each batch's mean, reported example-weighted (``steps.Steps``).
+    metrics: Optional[Dict[str, Callable]] = None
 
 
 def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
@@ -89,7 +92,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                                    spec.data.batch_size)
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
                       config.precision, spec.eval_rows, config.seed, spec.binary,
-                      config.clip_grad_norm)
+                      config.clip_grad_norm, spec.metrics)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)
@@ -390,11 +393,17 @@ def _preempted(message: str, hint: str) -> Preempted:
     return Preempted(message, hint, exit_code=stop_signal.exit_code())
 
 
+# What the evaluation reports as a share of its examples (``steps.Steps.results``).
+SHARES = ("top1", "top5", BINARY_ACCURACY)
+
+
 def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs,
                damaged: Optional[Dict[str, int]] = None) -> None:
     """The epoch's evaluation logged and recorded; ``damaged``: ``DataSource.damaged_images``
     (recorded beside it, where the source decodes images)."""
-    line = "  ".join(("{} {:.4g}" if name == "loss" else "{} {:.2%}").format(name, value)
+    # Shares as percentages; the loss and the user's metrics (``trainer.train(metrics=)``) as
+    # the numbers they are.
+    line = "  ".join(("{} {:.2%}" if name in SHARES else "{} {:.4g}").format(name, value)
                      for name, value in accuracy.items())
     log.info("epoch %d done (step %d): eval %s", state.epoch, state.global_step, line)
     damaged = damaged or {}
@@ -405,7 +414,9 @@ def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs
                     damaged["eval_damaged_images"])
     outputs.record("eval", dict(accuracy, epoch=state.epoch, **damaged), state.global_step)
     headline = headline_accuracy(accuracy)
-    if headline is not None:
+    if outputs.hypertune_tag in accuracy:  # a study of a metric the evaluation reports, by name
+        outputs.report_hypertune(accuracy[outputs.hypertune_tag], state.global_step)
+    elif headline is not None:
         outputs.report_hypertune(headline, state.global_step)
     elif "loss" in accuracy:  # no class scores (``trainer.train``): the loss is the measure
         # Under the default tag a study reads the value as an accuracy, maximised: the loss

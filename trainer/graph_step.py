@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from trainer import xla
+from trainer.batch_tree import arguments, flatten, unflatten
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Tensors = Sequence[torch.Tensor]
@@ -46,9 +47,13 @@ class TracedPerShape:
         self.model, self.function = model, function
         self._compiled: Dict[Tuple, Callable[..., Sequence[torch.Tensor]]] = {}
 
-    def __call__(self, state: Tensors, batch: Tensors) -> Sequence[torch.Tensor]:
+    def __call__(self, state: Tensors, batch: Tensors, structure: Any = None
+                 ) -> Sequence[torch.Tensor]:
+        """``structure``: what else tells batches apart (the input's ``batch_tree``
+        structure), part of the signature."""
         inputs = list(state) + list(batch)
-        signature = (self.model.training,) + tuple((tuple(t.shape), t.dtype) for t in batch)
+        signature = (self.model.training, str(structure)) + tuple(
+            (tuple(t.shape), t.dtype) for t in batch)
         compiled = self._compiled.get(signature)
         if compiled is None:
             from torch.fx.experimental.proxy_tensor import make_fx
@@ -84,10 +89,13 @@ class ModelTensors:
         """Parameters then buffers."""
         return self.parameters + self.buffers
 
-    def call(self, parameters: Tensors, buffers: Tensors, x: torch.Tensor) -> torch.Tensor:
+    def call(self, parameters: Tensors, buffers: Tensors, x: Any) -> Any:
+        """The model on input ``x`` (a tensor, or a tuple, list or dict of them:
+        ``batch_tree.arguments``) with these tensors in its parameters' and buffers' places."""
         tensors = dict(zip(self.parameter_names, parameters))
         tensors.update(zip(self.buffer_names, buffers))
-        return torch.func.functional_call(self.model, tensors, (x,))
+        args, kwargs = arguments(x)
+        return torch.func.functional_call(self.model, tensors, args, kwargs)
 
 
 class OneGraphTrainStep:
@@ -126,14 +134,17 @@ class OneGraphTrainStep:
         self._graph = TracedPerShape(model, self._step)
         self._counter: Optional[torch.Tensor] = None  # on the device: the next step's number
         self._next_number: Optional[int] = None
+        self._structure: Any = None  # the input's, while a step is traced
 
-    def __call__(self, number: int, x: torch.Tensor, y: torch.Tensor,
+    def __call__(self, number: int, x: Any, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
         if number != self._next_number:
-            self._counter = xla.device_number(number, x.device, torch.int32)
+            self._counter = xla.device_number(number, y.device, torch.int32)
         state = (self.trained + self.frozen + self.tensors.buffers
                  + self.rule.read(self.optimizer, self.trained))
-        outputs = self._graph(state, (x, y, self._counter, loss_total))
+        leaves, self._structure = flatten(x)
+        outputs = self._graph(state, tuple(leaves) + (y, self._counter, loss_total),
+                              self._structure)
         new_parameters, new_buffers, new_slots, (loss_total, self._counter) = _split(
             outputs, self._sizes[0], self._sizes[2], self._sizes[3])
         self._next_number = number + 1
@@ -146,8 +157,9 @@ class OneGraphTrainStep:
         """The traced function: eager code on the tensors it is given, which it leaves as
         they are; returns the new parameters, buffers and momentum buffers, then the loss
         total and the next step's counter."""
-        parameters, frozen, buffers, slots, (x, y, counter, loss_total) = _split(
-            inputs, *self._sizes)
+        parameters, frozen, buffers, slots, batch = _split(inputs, *self._sizes)
+        x = unflatten(batch[:-3], self._structure)
+        y, counter, loss_total = batch[-3:]
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
         # The model's parameters in its own order (``ModelTensors``), frozen ones as given.
         ordered: List[torch.Tensor] = [torch.empty(0)] * len(self._order)
@@ -178,14 +190,19 @@ class OneGraphEvalStep:
         self.count, self.autocast = count, autocast
         self.tensors = ModelTensors(model)
         self._graph = TracedPerShape(model, self._step)
+        self._structure: Any = None  # the input's, while a step is traced
+        self._leaves = 1  # its tensors
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor,
-                 totals: Tensors) -> Sequence[torch.Tensor]:
-        return self._graph(self.tensors.state(), [x, y] + list(totals))
+    def __call__(self, x: Any, y: torch.Tensor, totals: Tensors) -> Sequence[torch.Tensor]:
+        leaves, self._structure = flatten(x)
+        self._leaves = len(leaves)
+        return self._graph(self.tensors.state(), list(leaves) + [y] + list(totals),
+                           self._structure)
 
     def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        parameters, buffers, (x, y), totals = _split(inputs, len(self.tensors.parameters),
-                                                      len(self.tensors.buffers), 2)
+        parameters, buffers, leaves, (y,), totals = _split(
+            inputs, len(self.tensors.parameters), len(self.tensors.buffers), self._leaves, 1)
+        x = unflatten(leaves, self._structure)
         with torch.no_grad():
             with self.autocast():
                 scores = self.tensors.call(parameters, buffers, x)

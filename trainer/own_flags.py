@@ -15,8 +15,9 @@ from absl import flags
 from trainer.config import FLAGS, TrainConfig, define_common_flags
 
 # The trainers' flags that are about their images and data: not this loop's.
+# --num_workers last: this loop defines its own (``define_flags``).
 EXCLUDED_FLAGS = ("data_dir", "fake_data", "model", "model_kwargs", "image_size",
-                  "label_smoothing", "num_workers", "max_bad_images")
+                  "label_smoothing", "max_bad_images", "num_workers")
 NUM_WORKERS_HELP = (
     "data worker processes that build the batches (0, the default: the device loader's "
     "thread builds them in this process, fastest for items already in memory such as a "

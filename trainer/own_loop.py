@@ -7,11 +7,14 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
 
 - ``model``: a ``torch.nn.Module`` with parameters, taking a batch of inputs (``N x ...``).
 - ``train_set``, ``eval_set`` (None: no evaluation): map-style Datasets of ``(input, target)``
-  items, tensors, numbers or numpy arrays, every input of one shape and dtype (and every
-  target).
+  items, tensors, numbers or numpy arrays, the input also a tuple, list or dict of them
+  (``model(*x)``, ``model(**x)``); or of dicts, Hugging Face rows (``model(**row)``, their
+  ``labels`` the target: ``trainer.dataset_source``). Every item of one structure, shapes and
+  dtypes.
   ``trainer.dataset_source`` batches them: every example once per epoch over the job's hosts,
   the order from ``--seed``, ``--num_workers`` data workers.
-- ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy.
+- ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy, or for rows the loss
+  the model returns (``outputs.loss``, ``batch_tree.output_loss``).
 - ``argv``: the flags, without the program's name (default ``sys.argv[1:]``): the trainers'
   common flags but the image and data ones (``trainer.own_flags``); ``--help`` lists them.
   They are parsed and checked before torch_xla is imported: a typo costs no framework
@@ -49,6 +52,7 @@ import torch
 
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices
+from trainer.batch_tree import call_model, describe, logits_of, output_loss, to_device
 from trainer.cli import exit_process, run_parsed
 from trainer.config import TrainConfig
 from trainer.dataset_source import DatasetSource
@@ -58,13 +62,14 @@ from trainer.outputs import OutputPaths
 
 
 def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
-          loss_fn: Optional[Callable] = None) -> Dict[str, Any]:
+          loss_fn: Optional[Callable] = None,
+          metrics: Optional[Dict[str, Callable]] = None) -> Dict[str, Any]:
     """``trainer.train`` once its flags are parsed into ``config`` (``trainer.own_flags``):
     the run's summary, or the process ends with the trainers' exit code and one line."""
     summary: Dict[str, Any] = {}
 
     def run(config: TrainConfig, *, paths: OutputPaths) -> Dict[str, Any]:
-        summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn))
+        summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn, metrics))
         return summary
 
     code = run_parsed(run, config)
@@ -74,10 +79,12 @@ def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
 
 
 def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
-            eval_set: Any, loss_fn: Optional[Callable]) -> Dict[str, Any]:
+            eval_set: Any, loss_fn: Optional[Callable],
+            metrics: Optional[Dict[str, Callable]] = None) -> Dict[str, Any]:
     """Check the arguments, then ``fit`` them as ``config`` says; returns the summary."""
     check_model(model)
-    loss_fn = check_loss(loss_fn)
+    check_loss(loss_fn)
+    metrics = check_metrics(metrics)
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
     batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
@@ -86,11 +93,12 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
 
     source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
                            resolve_workers(config.num_workers), topology.devices)
-    topk, binary = first_step_check(model, loss_fn, source.sample)
+    loss_fn = check_loss(loss_fn, source.train_shape.rows)
+    topk, binary = first_step_check(model, loss_fn, source.sample, metrics=metrics)
     if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
-        first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR)
+        first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR, metrics)
     spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn, topk=topk,
-                     binary=binary, eval_rows=source.real_rows)
+                     binary=binary, eval_rows=source.real_rows, metrics=metrics)
     return fit(config, spec, paths, topology)
 
 
@@ -105,10 +113,12 @@ def check_model(model: Any) -> None:
                            "gradients", EX_USAGE)
 
 
-def check_loss(loss_fn: Optional[Callable]) -> Callable:
-    """``loss_fn``, or cross-entropy for None; anything not callable is a usage error."""
+def check_loss(loss_fn: Optional[Callable], rows: bool = False) -> Callable:
+    """``loss_fn``, or for None the loss the model returns (``batch_tree.output_loss``) where
+    the items are dicts (Hugging Face rows, with their ``labels``), else cross-entropy;
+    anything not callable is a usage error."""
     if loss_fn is None:
-        return torch.nn.CrossEntropyLoss()
+        return output_loss if rows else torch.nn.CrossEntropyLoss()
     if not callable(loss_fn):
         raise TrainerError("loss_fn is a {}, not callable".format(type(loss_fn).__name__),
                            "pass a function of (outputs, targets) returning a scalar tensor, "
@@ -116,9 +126,35 @@ def check_loss(loss_fn: Optional[Callable]) -> Callable:
     return loss_fn
 
 
+# What evaluation reports already: a metric of the user's may not take one of these names.
+RESERVED_METRICS = ("loss", "top1", "top5", "accuracy", "epoch", "train_damaged_images",
+                    "eval_damaged_images")
+
+
+def check_metrics(metrics: Any) -> Dict[str, Callable]:
+    """``metrics``: {name: fn(outputs, targets) -> a scalar tensor, the batch's mean}, or None;
+    anything else is a usage error naming the entry."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise TrainerError("metrics is a {}, not a dict of names and functions".format(
+            type(metrics).__name__), "e.g. metrics={\"mae\": lambda outputs, targets: "
+            "(outputs - targets).abs().mean()}", EX_USAGE)
+    for name, function in metrics.items():
+        if not isinstance(name, str) or not name.isidentifier() or name in RESERVED_METRICS:
+            raise TrainerError("metrics key {!r} is not a name of its own".format(name),
+                               "name each metric by an identifier other than {}".format(
+                                   ", ".join(RESERVED_METRICS)), EX_USAGE)
+        if not callable(function):
+            raise TrainerError("metrics[{!r}] is a {}, not callable".format(
+                name, type(function).__name__), "pass a function of (outputs, targets) "
+                "returning the batch's mean as a scalar tensor", EX_USAGE)
+    return dict(metrics)
+
+
 def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
-                     name: str = "train_set", exit_code: int = EX_USAGE
-                     ) -> Tuple[List[int], bool]:
+                     name: str = "train_set", exit_code: int = EX_USAGE,
+                     metrics: Optional[Dict[str, Callable]] = None) -> Tuple[List[int], bool]:
     """Run ``model`` and ``loss_fn`` once on ``sample`` (the first items of set ``name``)
     where the model is, in evaluation mode (no dropout draws, no batch-norm statistics
     change), so that a model that does not take the inputs, or a loss that is not a scalar,
@@ -134,12 +170,11 @@ def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
     try:
         with torch.no_grad():
             try:
-                outputs = model(x.to(where))
+                outputs = call_model(model, to_device(x, where))
             except Exception as error:
                 raise TrainerError(
-                    "model({} of shape {}) failed on {}'s first items: {}: {}".format(
-                        x.dtype, tuple(x.shape), name, type(error).__name__,
-                        _first_line(error)),
+                    "model({}) failed on {}'s first items: {}: {}".format(
+                        describe(x), name, type(error).__name__, _first_line(error)),
                     "the model takes a batch of the items' inputs (N x item shape)" + fix,
                     exit_code)
             try:
@@ -151,17 +186,33 @@ def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
                                     _first_line(error)),
                     "loss_fn takes the model's outputs and a batch of the items' targets" + fix,
                     exit_code)
+            _scalar(loss, "loss_fn", name, "reduction='mean'", fix, exit_code)
+            for metric, function in (metrics or {}).items():
+                try:
+                    value = function(outputs, y.to(where))
+                except Exception as error:
+                    raise TrainerError("metrics[{!r}](outputs, targets) failed on {}'s first "
+                                       "items: {}: {}".format(metric, name,
+                                                              type(error).__name__,
+                                                              _first_line(error)),
+                                       "a metric takes the model's outputs and a batch of the "
+                                       "items' targets" + fix, exit_code)
+                _scalar(value, "metrics[{!r}]".format(metric), name, "a mean", fix, exit_code)
     finally:
         model.train(was_training)
-    if (not isinstance(loss, torch.Tensor) or loss.dim() != 0
-            or not loss.dtype.is_floating_point):
-        what = ("a {} of shape {}".format(loss.dtype, tuple(loss.shape))
-                if isinstance(loss, torch.Tensor) else "a {}".format(type(loss).__name__))
-        raise TrainerError("loss_fn returned {}, not a scalar float tensor, on {}'s first "
-                           "items".format(what, name),
-                           "reduce it to one number per batch, e.g. reduction='mean'" + fix,
-                           exit_code)
     return accuracy_kind(outputs, y, loss_fn)
+
+
+def _scalar(value: Any, what: str, name: str, example: str, fix: str, exit_code: int) -> None:
+    """A usage error unless ``value`` (what ``what`` returned) is a scalar float tensor."""
+    if (not isinstance(value, torch.Tensor) or value.dim() != 0
+            or not value.dtype.is_floating_point):
+        shown = ("a {} of shape {}".format(value.dtype, tuple(value.shape))
+                 if isinstance(value, torch.Tensor) else "a {}".format(type(value).__name__))
+        raise TrainerError("{} returned {}, not a scalar float tensor, on {}'s first "
+                           "items".format(what, shown, name),
+                           "reduce it to one number per batch, e.g. " + example + fix,
+                           exit_code)
 
 
 def accuracy_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[List[int], bool]:
@@ -173,6 +224,7 @@ def accuracy_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[Lis
     - one logit per example (``N`` or ``N x 1``) against targets 0 and 1, integers (or
       booleans), or floats under a binary cross-entropy with logits: binary accuracy;
     - anything else: none (the loss alone)."""
+    outputs = logits_of(outputs)
     if not isinstance(outputs, torch.Tensor) or not outputs.dtype.is_floating_point:
         return [], False
     rows = len(y) if y.dim() else 0

@@ -10,12 +10,14 @@ tensors passed in and returned, so no step reads a value back to the host.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from trainer import xla
+from trainer.batch_tree import call_model, logits_of
 from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
@@ -51,13 +53,18 @@ class Steps:
 
     ``binary``: the outputs are one logit per example against targets 0 and 1, and evaluation
     counts ``accuracy``, the share of examples whose logit is on their target's side of 0,
-    instead of top-k (empty then)."""
+    instead of top-k (empty then).
+
+    ``metrics`` (with ``eval_rows``): the user's {name: fn(outputs, targets)}, each batch's
+    mean on its real rows, summed times those rows and reported over all examples, as the
+    loss is."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
                  path: str, precision: str = xla.FP32,
                  eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0,
-                 binary: bool = False, clip_norm: float = 0.0) -> None:
+                 binary: bool = False, clip_norm: float = 0.0,
+                 metrics: Optional[Dict[str, Callable]] = None) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary
@@ -67,6 +74,7 @@ class Steps:
         # What each hit count is reported as (``results``), in the order of the counts.
         self.metric_names = [BINARY_ACCURACY] if binary else ["top{}".format(k) for k in topk]
         self.eval_rows = eval_rows
+        self.metrics = dict(metrics or {}) if eval_rows is not None else {}
         self._seeds = seed * _SEED_STRIDE  # training step n's device draws: from this + n
         self._eval_batch = 0  # the next evaluation batch's number (``eval_rows``)
         self._rows: Optional[int] = None  # the rows of the batch being counted
@@ -122,10 +130,13 @@ class Steps:
         if not count:
             log.warning("evaluation counted no example: no top-1 and no loss to report")
             return {}
+        hits = len(self.metric_names)
         results = {name: total / count
-                   for total, name in zip(fetched[1:], self.metric_names)}
+                   for total, name in zip(fetched[1:1 + hits], self.metric_names)}
         if self.eval_rows is not None:
-            results["loss"] = fetched[-1] / count
+            results["loss"] = fetched[1 + hits] / count
+            results.update((name, total / count) for name, total in
+                           zip(self.metrics, fetched[2 + hits:]))
         return results
 
     def _lazy_train_step(self, step: int, x: torch.Tensor, y: torch.Tensor,
@@ -133,7 +144,7 @@ class Steps:
         self.learning_rate.set(step)
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
-            loss = self.loss_fn(self.model(x), y)
+            loss = self.loss_fn(call_model(self.model, x), y)
         loss.backward()
         if self.clip_norm:  # over what the optimizer trains (never a frozen parameter)
             torch.nn.utils.clip_grad_norm_(self._trained, self.clip_norm)
@@ -144,15 +155,16 @@ class Steps:
                           totals: List[torch.Tensor]) -> List[torch.Tensor]:
         with torch.no_grad():
             with self.autocast():
-                scores = self.model(x)
-            return self._count(scores, y, totals)
+                outputs = call_model(self.model, x)
+            return self._count(outputs, y, totals)
 
-    def _count(self, scores: torch.Tensor, y: torch.Tensor,
+    def _count(self, outputs: Any, y: torch.Tensor,
                totals: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """``totals`` (hits for each k, [the loss sum,] then examples seen) plus this
-        batch's."""
+        batch's, from the model's ``outputs`` (their scores: ``batch_tree.logits_of``)."""
         if self.eval_rows is not None and self._rows != len(y):
-            scores, y = cut_rows(scores, len(y), self._rows), y[:self._rows]
+            outputs, y = cut_rows(outputs, len(y), self._rows), y[:self._rows]
+        scores = logits_of(outputs)
         correct: List[torch.Tensor] = []
         if self.binary:
             logits = scores.reshape(len(y), -1)[:, 0]
@@ -169,28 +181,39 @@ class Steps:
         if self.eval_rows is None:
             return correct + [totals[-1] + (y >= 0).sum()]
         with self.autocast():
-            loss = self.loss_fn(scores, y)
-        return correct + [totals[-2] + loss.float() * len(y), totals[-1] + len(y)]
+            loss = self.loss_fn(outputs, y)
+        sums = totals[len(correct):-1]  # the loss's, then each metric's
+        means = [loss] + [function(outputs, y) for function in self.metrics.values()]
+        return correct + [total + mean.float() * len(y) for total, mean in zip(sums, means)] + [
+            totals[-1] + len(y)]
 
     def zero_counts(self) -> Counts:
         """Evaluation counts at zero, as device data (``xla.device_number``): the top-k
         hits [and the loss sum], then the examples seen."""
         self._eval_batch = 0
         sums = [xla.device_number(0, self.device, torch.int64) for _ in self.metric_names]
-        if self.eval_rows is not None:
-            sums.append(xla.device_number(0, self.device, torch.float32))
+        if self.eval_rows is not None:  # the loss's sum, then each metric's
+            sums.extend(xla.device_number(0, self.device, torch.float32)
+                        for _ in range(1 + len(self.metrics)))
         return sums, xla.device_number(0, self.device, torch.int64)
 
 
 def cut_rows(outputs: Any, batch: int, rows: int) -> Any:
-    """``outputs`` (a tensor, or tuples, lists and dicts of them: whatever the model returns)
-    with every tensor whose first dimension is the batch (``batch`` rows) cut to its first
-    ``rows``; anything else as it is."""
-    from torch.utils._pytree import tree_map
-
-    def cut(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
-            return value[:rows]
-        return value
-
-    return tree_map(cut, outputs)
+    """``outputs`` (a tensor, or tuples, lists and dicts of them: whatever the model returns,
+    a Hugging Face ``ModelOutput`` included) with every tensor whose first dimension is the
+    batch (``batch`` rows) cut to its first ``rows``; anything else as it is. A dict is copied
+    and its entries replaced (a ``ModelOutput``'s attributes follow its entries), a tuple or
+    list rebuilt as its own type."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs[:rows] if outputs.dim() > 0 and outputs.shape[0] == batch else outputs
+    if isinstance(outputs, dict):
+        cut = copy.copy(outputs)
+        for key, value in outputs.items():
+            cut[key] = cut_rows(value, batch, rows)
+        return cut
+    if isinstance(outputs, (tuple, list)):
+        parts = [cut_rows(value, batch, rows) for value in outputs]
+        if isinstance(outputs, tuple) and hasattr(outputs, "_fields"):  # a namedtuple
+            return type(outputs)(*parts)
+        return type(outputs)(parts)
+    return outputs

@@ -80,6 +80,11 @@ def summarize(name: str, device_kind: str, step_path: str, state: LoopState, bat
     }
     if "loss" in accuracy:  # evaluation's loss, where it is reported (``trainer.train``)
         summary["final_eval_loss"] = accuracy["loss"]
+    # The user's own metrics (``trainer.train(metrics=...)``), by their names.
+    own = {name: value for name, value in accuracy.items()
+           if name not in ("top1", "top5", "accuracy", "loss")}
+    if own:
+        summary["final_metrics"] = own
     # A run whose every step compiled (a smoke run, a resume at its end) has no steady rate:
     # said so, not "0.0 examples/s" (summary.json keeps 0.0, a number for its readers).
     steady = ("{:.1f} examples/s steady".format(summary["steady_examples_per_second"])

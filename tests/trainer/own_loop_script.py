@@ -13,8 +13,9 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout", "weighted"],
-                      "what to train (weighted: cross-entropy of weighted classes)")
+    flags.DEFINE_enum("task", "classify", ["classify", "regress", "dropout", "weighted", "rows"],
+                      "what to train (weighted: cross-entropy of weighted classes; rows: "
+                      "classify from Hugging Face style rows, the model's own loss)")
     flags.DEFINE_string("bad", "", "pass this bad input (tests)")
     flags.DEFINE_integer("examples", 96, "training examples")
     flags.DEFINE_integer("eval_examples", 37, "evaluation examples (0: no eval_set)")
@@ -29,6 +30,37 @@ def data(task, examples, seed):
     else:
         y = (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()  # 3 classes
     return torch.utils.data.TensorDataset(x, y)
+
+
+class Rows(torch.utils.data.Dataset):
+    """``data``'s classification items as Hugging Face rows: {"features": x, "labels": y}."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, index):
+        x, y = self.pairs[index]
+        return {"features": x, "labels": y}
+
+
+class RowModel(torch.nn.Module):
+    """A Hugging Face style model: forward(features, labels=None) returning a dict of logits
+    and, given labels, its own loss (cross-entropy ignoring -100, as theirs)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, features, labels=None):
+        logits = self.net(features)
+        outputs = {"logits": logits}
+        if labels is not None:
+            outputs["loss"] = torch.nn.functional.cross_entropy(logits, labels,
+                                                                ignore_index=-100)
+        return outputs
 
 
 class Pairs(torch.utils.data.Dataset):
@@ -84,6 +116,10 @@ def main():
                      eval_set=data(task, FLAGS.eval_examples, 2) if FLAGS.eval_examples
                      else None,
                      loss_fn=LOSSES.get(task, lambda: None)())
+    if task == "rows":
+        arguments.update(model=RowModel(arguments["model"]),
+                         train_set=Rows(arguments["train_set"]),
+                         eval_set=Rows(arguments["eval_set"]) if FLAGS.eval_examples else None)
     if FLAGS.bad:
         arguments.update(BAD[FLAGS.bad]())
     summary = trainer.train(**arguments)

@@ -5,12 +5,16 @@ additive causal mask) is no divergence, and an accuracy is reported only where i
 its name says (top-1 of 2 or more classes, top-5 of more than 5, a binary classifier's
 accuracy from its one logit)."""
 
+import collections
+import json
+import re
+
 import pytest
 import torch
 
 from trainer import own_flags, own_loop
 from trainer.config import TrainConfig
-from trainer.errors import DataError
+from trainer.errors import DataError, TrainerError
 from trainer.outputs import OutputPaths
 from trainer.own_loop import accuracy_kind
 
@@ -24,7 +28,7 @@ def pairs(count, seed=0, classes=CLASSES):
     return torch.utils.data.TensorDataset(x, y)
 
 
-def train(model, job, loss_fn=None, train_set=None, eval_set=None, **flags):
+def train(model, job, loss_fn=None, train_set=None, eval_set=None, metrics=None, **flags):
     """The run ``trainer.train`` makes of ``model``: its summary (``job``: the job dir)."""
     settings = dict(data_dir=own_flags.DATA_FROM, batch_size=8, num_epochs=2, lr=0.5,
                     lr_batch=0, warmup_epochs=0, num_workers=0, log_steps=0,
@@ -32,7 +36,8 @@ def train(model, job, loss_fn=None, train_set=None, eval_set=None, **flags):
     settings.update(flags)
     config = TrainConfig(**settings)
     return own_loop.run_own(config, OutputPaths.resolve(config.job_dir, {}), model,
-                            train_set or pairs(48), eval_set or pairs(16, seed=1), loss_fn)
+                            train_set or pairs(48), eval_set or pairs(16, seed=1), loss_fn,
+                            metrics)
 
 
 class FrozenBackbone(torch.nn.Module):
@@ -182,7 +187,12 @@ def test_a_one_logit_binary_classifier_reports_its_accuracy_not_the_share_of_lab
     (torch.zeros(4, 1), torch.tensor([0., 1., 1., 0.]), torch.nn.MSELoss(), ([], False)),
     (torch.zeros(4, 1), torch.tensor([0, 2, 1, 0]), None, ([], False)),  # not 0/1
     (torch.zeros(4, 3), torch.tensor([0.5, 1., 2., 0.]), None, ([], False)),  # regression
-    ((torch.zeros(4, 3),), torch.tensor([0, 1, 2, 0]), None, ([], False)),  # no tensor
+    # A tuple (an auxiliary head's, timm's distillation models): its first element's scores;
+    # a dict or Hugging Face ModelOutput: its logits. Their top-1 silently disappeared.
+    ((torch.zeros(4, 3), torch.zeros(4, 3)), torch.tensor([0, 1, 2, 0]), None, ([1], False)),
+    ({"logits": torch.zeros(4, 3), "loss": torch.zeros(())}, torch.tensor([0, 1, 2, 0]),
+     None, ([1], False)),
+    ({"hidden": torch.zeros(4, 3)}, torch.tensor([0, 1, 2, 0]), None, ([], False)),
 ])
 def test_what_evaluation_reports_is_what_the_outputs_and_targets_mean(
         outputs, targets, loss, expected):
@@ -214,3 +224,190 @@ def test_clip_grad_norm_trains_the_same_weights_on_both_step_paths(tmp_path):
     apart = float((lazy - compiled).abs().max())
     assert apart <= 1e-5 * moved
     assert float((lazy - unclipped).abs().max()) > 100 * 1e-5 * moved
+
+
+# --- inputs and outputs as the ecosystem passes them ------------------------------------------
+
+class Split(torch.utils.data.Dataset):
+    """``pairs`` with each input in two parts, as a tuple or as a dict."""
+
+    def __init__(self, base, as_dict=False):
+        self.base, self.as_dict = base, as_dict
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, index):
+        x, y = self.base[index]
+        parts = (x[:2], x[2:])
+        return ({"first": parts[0], "rest": parts[1]} if self.as_dict else parts), y
+
+
+class TwoInputs(torch.nn.Module):
+    """A model of two inputs (an image and its metadata, a text and its mask): model(a, b)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(FEATURES, CLASSES)
+
+    def forward(self, first, rest):
+        return self.linear(torch.cat([first, rest], dim=1))
+
+
+@pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_tuple_and_dict_inputs_train_as_the_one_tensor_they_split(tmp_path, step_mode, as_dict):
+    """An item ((a, b), y) calls model(a, b) and ({"first": a, "rest": b}, y) model(**x): the
+    same weights, bit for bit, as the one-tensor model on the joined input (the same ops on
+    the same values). Both were refused (exit 65, "not a tensor or a number")."""
+    torch.manual_seed(0)
+    whole = torch.nn.Linear(FEATURES, CLASSES)
+    torch.manual_seed(0)
+    split = TwoInputs()
+    expected = train(whole, tmp_path / "whole", step_mode=step_mode)
+    found = train(split, tmp_path / "split", train_set=Split(pairs(48), as_dict),
+                  eval_set=Split(pairs(16, seed=1), as_dict), step_mode=step_mode)
+    assert torch.equal(split.linear.weight.detach().cpu(), whole.weight.detach().cpu())
+    assert found["final_accuracy"] == expected["final_accuracy"] is not None
+
+
+class ModelOutput(collections.OrderedDict):
+    """What a Hugging Face model returns (``transformers.utils.ModelOutput``): a dict whose
+    entries are attributes too."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name)
+
+
+class SequenceClassifier(torch.nn.Module):
+    """A Hugging Face style classifier: forward(input_ids, attention_mask, labels=None),
+    computing its own loss when given labels (cross-entropy, ignoring -100)."""
+
+    def __init__(self, vocabulary=16, width=8):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocabulary, width)
+        self.head = torch.nn.Linear(width, CLASSES)
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        mask = attention_mask.unsqueeze(-1).float()
+        pooled = (self.embed(input_ids) * mask).sum(1) / mask.sum(1).clamp(min=1)
+        logits = self.head(pooled)
+        output = ModelOutput(logits=logits)
+        if labels is not None:
+            output["loss"] = torch.nn.functional.cross_entropy(logits, labels,
+                                                               ignore_index=-100)
+        return output
+
+
+class Rows(torch.utils.data.Dataset):
+    """Hugging Face datasets' rows: dicts of token ids, a mask and a ``label`` (their name;
+    its collator renames it ``labels``)."""
+
+    def __init__(self, count, seed):
+        generator = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, 16, (count, 5), generator=generator)
+        self.mask = (torch.rand(count, 5, generator=generator) > 0.2).long()
+        self.labels = self.ids[:, 0] % CLASSES
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, index):
+        return {"input_ids": self.ids[index], "attention_mask": self.mask[index],
+                "label": self.labels[index]}
+
+
+@pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
+def test_hugging_face_rows_train_on_the_models_own_loss(tmp_path, step_mode):
+    """Dict rows are passed as model(**row) and the loss is the output's, as Hugging Face's
+    Trainer does; top-1 from its logits. The evaluation's last batch is padded (13 rows, batches
+    of 8) with labels -100, which the model's loss ignores: the reported loss is the mean over
+    the 13 rows (a float32 sum of 13 terms: within 1e-5 relative)."""
+    torch.manual_seed(0)
+    model = SequenceClassifier()
+    evaluation = Rows(13, seed=1)
+    summary = train(model, tmp_path / "job", train_set=Rows(48, seed=0), eval_set=evaluation,
+                    step_mode=step_mode, lr=0.2)
+    model = model.cpu().eval()
+    with torch.no_grad():
+        expected = model(evaluation.ids, evaluation.mask, evaluation.labels)
+    assert summary["final_eval_loss"] == pytest.approx(float(expected.loss), rel=1e-5)
+    hits = (expected.logits.argmax(1) == evaluation.labels).float().mean()
+    assert summary["final_accuracy"] == pytest.approx(float(hits), abs=1e-6)
+
+
+def test_a_row_without_labels_and_outputs_without_a_loss_are_one_line_each(tmp_path):
+    class Unlabelled(Rows):
+        def __getitem__(self, index):
+            row = super().__getitem__(index)
+            del row["label"]
+            return row
+
+    with pytest.raises(DataError, match="train_set item 0 is a dict without 'labels' \\(its "
+                                        "keys: attention_mask, input_ids\\)"):
+        train(SequenceClassifier(), tmp_path / "a", train_set=Unlabelled(16, 0))
+
+    class NoLoss(SequenceClassifier):
+        def forward(self, input_ids, attention_mask, labels=None):
+            return super().forward(input_ids, attention_mask)
+
+    with pytest.raises(TrainerError, match="failed on train_set's first items: ValueError: the "
+                                           "model's outputs hold no loss"):
+        train(NoLoss(), tmp_path / "b", train_set=Rows(16, 0), eval_set=Rows(8, 1))
+
+
+# --- your own metrics --------------------------------------------------------------------------
+
+def regression(count, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(count, FEATURES, generator=generator)
+    return torch.utils.data.TensorDataset(x, x[:, :1] * 2 - x[:, 1:2])
+
+
+@pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
+def test_your_metrics_are_example_weighted_over_the_real_rows_and_tunable_by_name(
+        tmp_path, step_mode, monkeypatch):
+    """metrics={"mae": fn}: each batch's mean on its real rows (13 examples in batches of 8:
+    the last one padded), weighted by them: the mean absolute error over the 13, as computed
+    directly (float32 sums of 13 terms: within 1e-5 relative); in the log's numbers (not a
+    percentage), metrics.jsonl, summary.json, and hypertune under --hypertune_metric=mae."""
+    metric_file = tmp_path / "hypertune" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(metric_file))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(FEATURES, 1)
+    evaluation = regression(13, seed=1)
+    summary = own_loop.run_own(
+        TrainConfig(data_dir=own_flags.DATA_FROM, batch_size=8, num_epochs=2, lr=0.1,
+                    lr_batch=0, warmup_epochs=0, num_workers=0, log_steps=0, seed=1,
+                    job_dir=str(tmp_path / "job"), step_mode=step_mode,
+                    hypertune_metric="mae"),
+        OutputPaths.resolve(str(tmp_path / "job"), {}), model, regression(48, 0), evaluation,
+        torch.nn.MSELoss(), {"mae": lambda outputs, targets: (outputs - targets).abs().mean()})
+    x, y = evaluation.tensors
+    with torch.no_grad():
+        expected = (model.cpu()(x) - y).abs().mean().item()
+    assert summary["final_metrics"]["mae"] == pytest.approx(expected, rel=1e-5)
+    records = [json.loads(line) for line in
+               (tmp_path / "job" / "metrics.jsonl").read_text().splitlines()]
+    assert [round(r["mae"], 6) for r in records if r["kind"] == "eval"][-1] == round(
+        summary["final_metrics"]["mae"], 6)
+    reported = json.loads(metric_file.read_text().splitlines()[-1])
+    assert float(reported["mae"]) == pytest.approx(summary["final_metrics"]["mae"])
+
+
+@pytest.mark.parametrize("metrics, text", [
+    ({"loss": lambda o, t: o.mean()}, "metrics key 'loss' is not a name of its own"),
+    ({"mae": "abs"}, "metrics['mae'] is a str, not callable"),
+    ({"mae": lambda o, t: (o - t).abs()}, "metrics['mae'] returned a torch.float32 of shape "
+                                          "(2, 1), not a scalar float tensor"),
+    ({"mae": lambda o, t: o.nope}, "metrics['mae'](outputs, targets) failed on train_set's "
+                                   "first items: AttributeError"),
+    ([lambda o, t: o.mean()], "metrics is a list, not a dict")])
+def test_a_metric_that_cannot_be_reported_is_one_line_before_training(tmp_path, metrics, text):
+    with pytest.raises(TrainerError, match=re.escape(text)) as raised:
+        train(torch.nn.Linear(FEATURES, 1), tmp_path / "job", loss_fn=torch.nn.MSELoss(),
+              train_set=regression(16, 0), eval_set=regression(8, 1), metrics=metrics)
+    assert raised.value.exit_code == 64

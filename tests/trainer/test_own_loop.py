@@ -52,11 +52,15 @@ def direct_eval(task, model_file):
     """(loss, top-1 or None) of the trained model over the script's eval set, on the host."""
     user = script_module()
     model, eval_set = user.model(task), user.data(task, EVAL_EXAMPLES, 2)
+    if task == "rows":  # the script's RowModel holds the same network as "net"
+        model = user.RowModel(model)
     model.load_state_dict(torch.load(str(model_file), weights_only=False))
     model.eval()
     x, y = eval_set.tensors
     with torch.no_grad():
         outputs = model(x)
+    if task == "rows":
+        outputs = outputs["logits"]
     if task == "regress":
         return torch.nn.functional.mse_loss(outputs, y).item(), None
     top1 = (outputs.argmax(dim=1) == y).double().mean().item()
@@ -155,11 +159,14 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(tmp_path
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
 
 
-def test_two_devices_train_and_evaluate_the_real_examples(tmp_path):
-    """SPMD: the padded last evaluation batch is split over the devices before it is cut."""
+@pytest.mark.parametrize("task", ["regress", "rows"])
+def test_two_devices_train_and_evaluate_the_real_examples(tmp_path, task):
+    """SPMD: the padded last evaluation batch is split over the devices before it is cut.
+    Hugging Face style rows too: each of a row's tensors split over the devices, through the
+    data workers, the padding's labels -100 (the model's own loss ignores them)."""
     job = tmp_path / "job"
     returncode, out, err = finish(script(
-        "--task=regress", "--num_epochs=2", "--batch_size=4", "--job_dir=" + str(job),
+        "--task=" + task, "--num_epochs=2", "--batch_size=4", "--job_dir=" + str(job),
         "--eval_batch_size={}".format(EVAL_BATCH // 2),
         "--eval_examples={}".format(EVAL_EXAMPLES), "--num_workers=2",
         environ={"CPU_NUM_DEVICES": "2"}))
@@ -167,8 +174,10 @@ def test_two_devices_train_and_evaluate_the_real_examples(tmp_path):
     assert "2 of 2 devices (SPMD" in out
     summary = json.loads((job / "summary.json").read_text())
     assert summary["devices"] == 2 and summary["global_step"] == 2 * (96 // 8)
-    loss, _ = direct_eval("regress", job / "model.pt")
+    loss, top1 = direct_eval(task, job / "model.pt")
     assert summary["final_eval_loss"] == pytest.approx(loss, rel=LOSS_RELATIVE)
+    if top1 is not None:  # counts of 37: exact
+        assert round(summary["final_accuracy"] * EVAL_EXAMPLES) == round(top1 * EVAL_EXAMPLES)
 
 
 @pytest.mark.parametrize("bad, code, text", [
@@ -248,6 +257,12 @@ PAIRS = torch.utils.data.TensorDataset(torch.zeros(16, 6), torch.zeros(16).long(
                  "is torch.float32"),
     (dict(train_set=_items([(torch.zeros(6), 0, 1)])), EX_DATAERR,
      "train_set item 0 is a tuple of 3 parts, not an (input, target) pair"),
+    (dict(train_set=_items([((torch.zeros(3), torch.zeros(3)), 0),
+                            ((torch.zeros(3), torch.zeros(3), torch.zeros(1)), 1)])),
+     EX_DATAERR, "train_set item 1: its fields are input[0], input[1], input[2], target where "
+                 "item 0's are input[0], input[1], target"),
+    (dict(train_set=_items([({1: torch.zeros(6)}, 0)])), EX_DATAERR,
+     "train_set item 0: its input has a key 1, not a name"),
     (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 5), torch.zeros(4).long())),
      EX_DATAERR, "model(torch.float32 of shape (2, 5)) failed on eval_set's first items"),
     (dict(eval_set=torch.utils.data.TensorDataset(torch.zeros(4, 6), torch.zeros(4))),

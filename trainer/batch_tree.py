@@ -1,0 +1,100 @@
+"""Inputs and outputs as the ecosystem passes them (``trainer.train``): a batch's input is a
+tensor, a tuple or list of them, or a dict of them (nested alike), each batched on its first
+dimension; a model's output is a tensor, a tuple, a dict or a Hugging Face ``ModelOutput``.
+
+- ``call_model``: ``model(x)`` for a tensor, ``model(*x)`` for a tuple or list, ``model(**x)``
+  for a dict (a Hugging Face row: ``input_ids``, ``attention_mask``, ``labels`` ...);
+- ``logits_of``: what the accuracy is counted on: the tensor itself, the ``logits`` of a dict
+  or ``ModelOutput``, the first element of a tuple or list;
+- ``output_loss``: the loss a model computed itself (a ``ModelOutput``'s or dict's ``loss``),
+  the default ``loss_fn`` for dict items, as Hugging Face's ``Trainer`` takes it;
+- ``flatten``/``unflatten``: an input as a flat list of tensors and back (the compiled step
+  traces tensors only), ``describe``: an input's dtypes and shapes, for error lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+
+def arguments(inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
+    """(positional, keyword) arguments of a model for ``inputs``: a dict as keyword
+    arguments, a tuple or list as positional ones, anything else (a tensor) as the one
+    argument."""
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    return (inputs,), {}
+
+
+def call_model(model: Callable, inputs: Any) -> Any:
+    """``model`` on ``inputs`` (``arguments``)."""
+    args, kwargs = arguments(inputs)
+    return model(*args, **kwargs)
+
+
+def to_device(inputs: Any, device: Any) -> Any:
+    return tree_map(lambda value: value.to(device) if isinstance(value, torch.Tensor)
+                    else value, inputs)
+
+
+def flatten(inputs: Any) -> Tuple[List[torch.Tensor], Any]:
+    """(the tensors of ``inputs`` in a fixed order, the structure to rebuild it with: None for
+    one tensor, the common case, which then costs nothing per step)."""
+    if isinstance(inputs, torch.Tensor):
+        return [inputs], None
+    return tree_flatten(inputs)
+
+
+def unflatten(tensors: List[torch.Tensor], structure: Any) -> Any:
+    if structure is None:
+        return tensors[0]
+    return tree_unflatten(list(tensors), structure)
+
+
+def logits_of(outputs: Any) -> Any:
+    """The scores in a model's ``outputs`` that accuracy is counted on: a tensor as it is, a
+    dict's or ``ModelOutput``'s ``logits``, a tuple's or list's first element (as timm's and
+    torchvision's auxiliary-head models return them); None where there are none."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, dict):  # ModelOutput is an OrderedDict
+        return outputs.get("logits")
+    if isinstance(outputs, (tuple, list)) and outputs:
+        return logits_of(outputs[0])
+    return None
+
+
+def output_loss(outputs: Any, targets: Any = None) -> torch.Tensor:
+    """The loss a model returned with its outputs (``outputs.loss`` or ``outputs["loss"]``):
+    the default ``loss_fn`` for dict items, as Hugging Face's ``Trainer`` reads it. A
+    ``ValueError`` where there is none (``own_loop`` turns it into one line)."""
+    loss = outputs.get("loss") if isinstance(outputs, dict) else getattr(outputs, "loss", None)
+    if not isinstance(loss, torch.Tensor):
+        raise ValueError("the model's outputs hold no loss (a {} without 'loss')".format(
+            type(outputs).__name__))
+    return loss
+
+
+def describe(inputs: Any) -> str:
+    """``inputs``' dtypes and shapes in one line: ``torch.float32 of shape (2, 6)``; for a
+    tuple ``(torch.float32 (2, 6), torch.int64 (2,))``; for a dict ``{input_ids: torch.int64
+    (2, 16), ...}``."""
+    if isinstance(inputs, torch.Tensor):
+        return "{} of shape {}".format(inputs.dtype, tuple(inputs.shape))
+    return _short(inputs)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "{} {}".format(value.dtype, tuple(value.shape))
+    if isinstance(value, dict):
+        return "{" + ", ".join("{}: {}".format(key, _short(part))
+                               for key, part in value.items()) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_short(part) for part in value) + ")"
+    return type(value).__name__

@@ -61,5 +61,6 @@ def security_rules(container: Dict[str, Any], path: str, pod: Dict[str, Any], po
 
 
 def _mounts(container: Dict[str, Any], mount_path: str) -> bool:
-    return any(_mapping(mount).get("mountPath", "").rstrip("/") == mount_path
-               for mount in _list(container.get("volumeMounts")))
+    paths = [_mapping(mount).get("mountPath") for mount in _list(container.get("volumeMounts"))]
+    # A path of the wrong type is the schema's finding (make fuzz found None here).
+    return any(isinstance(path, str) and path.rstrip("/") == mount_path for path in paths)

@@ -527,3 +527,10 @@ def test_exit_codes_with_not_in_may_hold_0():
     job["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"][1][
         "onExitCodes"].update(operator="NotIn", values=[0, 1, 69, 70, 74, 137, 143])
     assert [f.path for f in errors(job) if "onExitCodes" in f.path] == []
+
+
+def test_a_mount_path_of_the_wrong_type_is_the_schemas_finding_not_a_crash():
+    # make test's fixed examples found it: "AttributeError: 'NoneType' object has no attribute
+    # 'rstrip'" out of the read-only root's /tmp rule.
+    found = errors(broken(set_path(CONTAINER_KEYS + ["volumeMounts", 1, "mountPath"], None)))
+    assert CONTAINER + ".securityContext.readOnlyRootFilesystem" in [f.path for f in found]

@@ -76,6 +76,7 @@ class TrainConfig:
     optimizer: str = "sgd"
     clip_grad_norm: float = 0.0
     max_bad_images: str = "0.1%"
+    keep_best: str = ""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -142,6 +143,9 @@ class TrainConfig:
         from trainer.data.damage import parse_policy
 
         parse_policy(self.max_bad_images)
+        from trainer.best_model import parse_best
+
+        parse_best(self.keep_best)
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
                 self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "
@@ -258,6 +262,10 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                          "FIRST+COUNT-1 into JOB_DIR/tensorboard/plugins/profile/ (torch_xla "
                          "2.x); empty: none",
         "keep_checkpoints": "how many newest checkpoints to keep",
+        "keep_best": "NAME[:max|min]: also keep the model of the best evaluation so far as "
+                     "model-best.pt (best.json says which), by a figure the evaluation reports "
+                     "(top1, top5, accuracy, loss or a metric of trainer.train's metrics=); "
+                     "max, but min for loss; empty: none",
         "hypertune_metric": "the tag hyperparameter tuning reads: where it names a figure the "
                             "evaluation reports (loss, top5, or one of trainer.train's "
                             "metrics=), that figure; else the accuracy (top-1, or a binary "

@@ -21,6 +21,7 @@ import torch
 
 from trainer import devices, divergence, restart, stop_signal, tied_weights, xla
 from trainer.batches import DataSource, RunSchedule
+from trainer.best_model import BestModel, parse_best
 from trainer.checkpoints import to_cpu
 from trainer.compile_cache import CompileCache
 from trainer.config import (
@@ -124,6 +125,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                    _Placement(sharding, devices.BoundaryVote(
                        topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes), paths.resume)))
+        run.best = best_model(config, outputs, steps)
         checkpoints.this_process = lambda: _this_process(
             run, checkpoints, outputs.steps_past_resume, spec.data.batch_size)
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
@@ -245,6 +247,7 @@ class _Run:
         self.train_steps = config.train_steps(self.steps_per_epoch)
         self.epochs = config.epochs(self.steps_per_epoch)
         self.eval_seconds = 0.0
+        self.best: Optional[BestModel] = None  # --keep_best
 
     def all_epochs(self, progress: ProgressLog) -> Dict[str, float]:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
@@ -345,8 +348,23 @@ class _Run:
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
                            self.checkpoints.save_final(state, self.outputs), state, self.resume)
         _log_epoch(state, accuracy, self.outputs, self.data.damaged_images(state.epoch - 1))
+        if self.best is not None:
+            model = self.steps.model
+            self.best.consider(accuracy, state.epoch, state.global_step,
+                               lambda: to_cpu(model.state_dict(), xla.to_host))
         self.outputs.flush(background=True)
         return accuracy
+
+
+def best_model(config: TrainConfig, outputs: RunOutputs, steps: Steps
+               ) -> Optional[BestModel]:
+    """``--keep_best``'s keeper (None without it), checked against what ``steps``' evaluation
+    reports before anything trains."""
+    spec = parse_best(config.keep_best)
+    if spec is None:
+        return None
+    reported = list(steps.metric_names) + (["loss"] if steps.eval_rows is not None else [])
+    return BestModel(spec, outputs.model_dir, reported + list(steps.metrics))
 
 
 def _this_process(run: "_Run", checkpoints: RunCheckpoints, steps_redone: int,

@@ -184,7 +184,7 @@ test: lint
 
 ## fuzz: explore: every property test with random seeds and FUZZ_SCALE (30) times its
 ## examples, and FUZZ_SCALE thousand mutants through the region decoder's C code under ASan
-## and UBSan (tests/sanitized_jpeg_region.py; about 13 minutes on 2 cores). A failure prints
+## and UBSan (tests/sanitized_jpeg_region.py; about 7 minutes on 2 cores). A failure prints
 ## its falsifying example and a @reproduce_failure line, and is kept in .hypothesis/ so the
 ## next run tries it first; add each one to the test as an explicit @example so make test
 ## checks it from then on (a sanitizer failure: its seed, for --seed).

@@ -331,8 +331,8 @@ submit-vertex: check-job
 	$(require_pushed)
 	$(GCLOUD) ai custom-jobs create --project $(PROJECT) --region $(REGION) \
 		--display-name $(JOB_NAME) --config $(RENDERED) --format='value(name)' \
-		> $(VERTEX_JOB_FILE).new
-	mv $(VERTEX_JOB_FILE).new $(VERTEX_JOB_FILE)
+		> $(VERTEX_JOB_FILE).new.$$PPID
+	mv $(VERTEX_JOB_FILE).new.$$PPID $(VERTEX_JOB_FILE)
 	@echo "submitted $$(cat $(VERTEX_JOB_FILE)): make vertex-status, vertex-logs or vertex-cancel"
 
 ## vertex-status / vertex-logs / vertex-cancel: describe, follow the logs of, or cancel the

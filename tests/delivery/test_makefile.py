@@ -426,10 +426,13 @@ def test_job_args_reach_the_legacy_trainer_word_for_word(tools, text, argv):
 
 @pytest.mark.parametrize("text, argv", EXACT_ARGS)
 def test_job_args_reach_the_vertex_trainer_word_for_word(tools, text, argv):
-    result, _ = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=exactv", "JOB_ARGS=" + text,
+    # A job name (and so a build/NAME.yaml) of each case's own: the cases run in parallel
+    # under make test, and read one another's file when they shared one.
+    name = "exactv{}".format(EXACT_ARGS.index((text, argv)))
+    result, _ = tools("submit-vertex", "PROJECT=my-proj", "JOB_NAME=" + name, "JOB_ARGS=" + text,
                       "BASE_OUTPUT_DIR=gs://my-bucket/exact")
     assert result.returncode == 0, result.stderr
-    pool = yaml.safe_load((REPO / "build" / "exactv.yaml").read_text(encoding="utf-8"))[
+    pool = yaml.safe_load((REPO / "build" / (name + ".yaml")).read_text(encoding="utf-8"))[
         "workerPoolSpecs"][0]
     assert pool["containerSpec"]["args"] == argv
 

@@ -26,7 +26,10 @@ measures the totals):
   that holds more batches than that (not the trainer) gets the rest through memory of the
   workers' own, as before the ring, which this does not count; without workers the trainer
   decodes one unit at a time and holds a group and the device loader's batches;
-- each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured).
+- each worker process holds about ``WORKER_PROCESS_BYTES`` of its own besides (measured), and
+  up to ``WORKER_DECODE_BYTES`` more while it decodes an image at the workers' decode budget
+  (``trainer.data.jpeg_limits``: a file past it is a damaged example, never more memory);
+  without workers the trainer's process is the one decoder.
 
 Exit codes: 0 printed; 64 bad option; 65 no usable index; 74 the index cannot be read.
 """
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from trainer.data import epoch_order
+from trainer.data.jpeg_limits import DECODE_BUDGET
 from trainer.data.shard_index import Shard, ShardIndex
 from trainer.data.shard_reads import RUNS_AHEAD
 from trainer.device_prefetch import LOADER_HELD_BATCHES
@@ -57,6 +61,12 @@ PREFETCH_BATCHES = epoch_order.MIXING_STEPS + 1
 # 248 MB at 224 px, peak over an epoch and its evaluation, 4 runs; 182 MB over one epoch before
 # the stream), rounded up: an estimate for the host's total, not a limit.
 WORKER_PROCESS_BYTES = 260 * 10 ** 6
+# What one decoder may take beyond that for one image: the decode budget every image is held to
+# (libjpeg's ``max_memory_to_use``, the progressive coefficient estimate, Pillow's pixel limit).
+# ImageNet's images need a few MB; a 100-megapixel progressive one 286 MiB. Counted for every
+# decoder at once, as the bound the worker count is planned from must be: a bucket whose large
+# images all meet in one step must not overrun the host.
+WORKER_DECODE_BYTES = DECODE_BUDGET
 # What the trainer process itself holds on the host (torch, the XLA runtime, the model and its
 # optimizer's host copies, the device loader's staging): an estimate with headroom for sizing
 # the workers, not a limit (a CPU step's process peaks at about 0.8 GB, docs/benchmarks.md).
@@ -146,8 +156,10 @@ class Plan:
 
     @property
     def host_total(self) -> int:
-        """``host_ram`` and the worker processes' own memory (an estimate)."""
-        return self.host_ram + self.shape.workers * WORKER_PROCESS_BYTES
+        """``host_ram``, the worker processes' own memory (an estimate) and the decode budget
+        of each decoder (the workers, or the trainer without them)."""
+        return (self.host_ram + self.shape.workers * WORKER_PROCESS_BYTES
+                + max(1, self.shape.workers) * WORKER_DECODE_BYTES)
 
 
 # The memory arithmetic needs only the shape, not the index: ``python -m jobspec check`` sizes a
@@ -214,14 +226,14 @@ def data_memory(shape: SliceShape, example_bytes: float) -> Tuple[int, int]:
     ``example_bytes`` encoded. Fixed: the trainer process's own (``TRAINER_PROCESS_BYTES``),
     the step ring (``ring_batches`` local batches, whatever ``W``) and the encoded runs that
     make up ``RUNS_AHEAD + 1`` local batches; each worker adds its process
-    (``WORKER_PROCESS_BYTES``) and, since a unit is at most ``ceil(L / W) + BLOCK_EXAMPLES``
+    (``WORKER_PROCESS_BYTES``), the decode budget (``WORKER_DECODE_BYTES``) and, since a unit is at most ``ceil(L / W) + BLOCK_EXAMPLES``
     rows of a local batch of ``L``, ``RUNS_AHEAD + 1`` times ``BLOCK_EXAMPLES + 1`` examples
     more. ``trainer.data.workers.choose`` sizes the default worker count with it."""
     local = max(shape.batch, shape.eval_batch) // shape.hosts
     held = RUNS_AHEAD + 1
     fixed = (TRAINER_PROCESS_BYTES + ring_batches() * batch_bytes(shape)
              + int(held * local * example_bytes))
-    per_worker = WORKER_PROCESS_BYTES + int(held * (epoch_order.BLOCK_EXAMPLES + 1)
+    per_worker = WORKER_PROCESS_BYTES + WORKER_DECODE_BYTES + int(held * (epoch_order.BLOCK_EXAMPLES + 1)
                                             * example_bytes)
     return fixed, per_worker
 
@@ -287,8 +299,8 @@ def plan_lines(plan: Plan) -> List[str]:
             _size(plan.read_per_epoch), _size(plan.train_size),
             plan.read_per_epoch / plan.train_size),
         "data memory per host: {} RAM ({} x {} runs of up to {} encoded; decoded, {}); "
-        "/dev/shm needs {} of it; with the worker processes' own (about {} each) about {} in "
-        "all".format(
+        "/dev/shm needs {} of it; with the worker processes' own (about {} each) and up to {} "
+        "for each decoder's image (the decode budget) about {} in all".format(
             _size(plan.host_ram), max(1, shape.workers), RUNS_AHEAD + 1,
             _size(max(plan.worker.largest_run, plan.largest_eval_run)),
             "a step ring of {} local batches of {} ({} slots of {} steps)".format(
@@ -298,7 +310,8 @@ def plan_lines(plan: Plan) -> List[str]:
             "mixing group of {} steps and the device loader's {}".format(
                 _size(plan.unit_bytes), held_batches(), _size(plan.batch_bytes),
                 epoch_order.MIXING_STEPS, LOADER_HELD_BATCHES),
-            _size(plan.shared_memory), _size(WORKER_PROCESS_BYTES), _size(plan.host_total)),
+            _size(plan.shared_memory), _size(WORKER_PROCESS_BYTES), _size(WORKER_DECODE_BYTES),
+            _size(plan.host_total)),
         carry_line(shape.workers),
     ]
 
@@ -436,12 +449,13 @@ def memory_lines(shape: SliceShape, example_bytes: float) -> List[str]:
             shape.hosts, _s(shape.hosts), shape.devices // shape.hosts,
             _s(shape.devices // shape.hosts), shape.batch, shape.batch // shape.devices,
             shape.workers, _s(shape.workers), _size(int(example_bytes))),
-        "memory per host: about {} in all: each data worker about {} ({} its own, {} of "
-        "encoded runs); the step ring {} in /dev/shm ({} local batches of {}); the trainer "
+        "memory per host: about {} in all: each data worker about {} ({} its own, up to {} "
+        "decoding one image, {} of encoded runs); the step ring {} in /dev/shm ({} local batches of {}); the trainer "
         "process about {} (estimate); runs of {} local batches {}".format(
-            _size(fixed + shape.workers * per_worker - (0 if shape.workers else ring)),
-            _size(per_worker), _size(WORKER_PROCESS_BYTES),
-            _size(per_worker - WORKER_PROCESS_BYTES), _size(ring), ring_batches(),
+            _size(fixed + shape.workers * per_worker if shape.workers
+                  else fixed - ring + WORKER_DECODE_BYTES),
+            _size(per_worker), _size(WORKER_PROCESS_BYTES), _size(WORKER_DECODE_BYTES),
+            _size(per_worker - WORKER_PROCESS_BYTES - WORKER_DECODE_BYTES), _size(ring), ring_batches(),
             _size(batch_bytes(shape)), _size(TRAINER_PROCESS_BYTES), RUNS_AHEAD + 1,
             _size(fixed - TRAINER_PROCESS_BYTES - ring_batches() * batch_bytes(shape))),
         carry_line(shape.workers),

@@ -11,7 +11,7 @@ import pytest
 import shard_sets
 
 from conftest import REPO, clean_environ
-from trainer.data import plan
+from trainer.data import jpeg_limits, plan
 from trainer.data.epoch_order import MIXING_STEPS
 from trainer.data.shard_reads import RUNS_AHEAD
 
@@ -54,7 +54,9 @@ def test_imagenet_on_a_slice_trains_on_all_but_one_global_batch(hosts, chips, pe
     assert figures.worker_ram == (RUNS_AHEAD + 1) * max(figures.worker.largest_run,
                                                         figures.largest_eval_run)
     assert figures.host_ram == 32 * figures.worker_ram + figures.shared_memory
-    assert figures.host_total == figures.host_ram + 32 * plan.WORKER_PROCESS_BYTES
+    # Each of the 32 decoders may hold an image at the decode budget besides its process.
+    assert figures.host_total == figures.host_ram + 32 * (plan.WORKER_PROCESS_BYTES
+                                                          + jpeg_limits.DECODE_BUDGET)
 
 
 def test_without_workers_there_is_no_shared_memory_to_ask_for():
@@ -129,19 +131,20 @@ def test_without_an_index_it_prints_the_workers_a_host_gets_and_their_memory(cap
     assert plan.main(["--host_cores=180", "--host_memory_gb=720", "--devices_per_host=8"]) == 0
     choice, slice_, memory, carry = capsys.readouterr().out.splitlines()
     assert choice.startswith("data workers: 179 (one per core but the trainer's; memory would "
-                             "hold 2,")
+                             "hold 881)")
     assert "the host: 180 cores (--host_cores), 720 GB (--host_memory_gb)" in choice
     assert slice_ == ("slice: 1 host x 8 devices, global batch 1024 (128 per device), 179 data "
                       "workers per host, an ImageNet-like shard set (110 KB an example)")
     fixed, per_worker = plan.data_memory(plan.shape_from_flags(1, 8, 128, 0, 179, 224),
                                          plan.IMAGENET_EXAMPLE_BYTES)
-    assert memory.startswith("memory per host: about {:.1f} GB in all: each data worker about "
-                             "271 MB (260 MB its own, 10.9 MB of encoded runs); the step ring "
+    assert memory.startswith("memory per host: about {:.0f} GB in all: each data worker about "
+                             "808 MB (260 MB its own, up to 537 MB decoding one image, 10.9 MB "
+                             "of encoded runs); the step ring "
                              "3.7 GB in /dev/shm (24 local batches of 154 MB)".format(
                                  (fixed + 179 * per_worker) / 1e9))
     assert carry == plan.carry_line(179)
     assert plan.main(["--host_cores=224", "--host_memory_gb=32", "--devices_per_host=8"]) == 0
-    assert capsys.readouterr().out.startswith("data workers: 88 (memory holds only 88: ")
+    assert capsys.readouterr().out.startswith("data workers: 29 (memory holds only 29: ")
 
 
 def test_what_the_trainer_carries_is_set_next_to_what_its_workers_supply():

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from trainer.data import plan, workers
+from trainer.data import jpeg_limits, plan, workers
 from trainer.data.workers import choose
 from trainer.host_resources import Host, this_host
 
@@ -35,14 +35,16 @@ def test_every_core_but_the_trainers_decodes_where_memory_holds_them(cores, memo
 def test_small_memory_limits_the_workers_to_what_it_holds():
     need = fixed, per_worker = plan.data_memory(shape(8), plan.IMAGENET_EXAMPLE_BYTES)
     choice = choose(Host(224, 32 * GB), need)
-    # Each worker: its process and RUNS_AHEAD + 1 runs of up to BLOCK_EXAMPLES + 1 examples
-    # more; fixed: the trainer, the step ring of 24 local batches and 3 batches of runs.
-    assert per_worker == plan.WORKER_PROCESS_BYTES + 3 * 33 * plan.IMAGENET_EXAMPLE_BYTES
+    # Each worker: its process, an image at the decode budget and RUNS_AHEAD + 1 runs of up to
+    # BLOCK_EXAMPLES + 1 examples more; fixed: the trainer, the step ring of 24 local batches
+    # and 3 batches of runs.
+    assert per_worker == (plan.WORKER_PROCESS_BYTES + jpeg_limits.DECODE_BUDGET
+                          + 3 * 33 * plan.IMAGENET_EXAMPLE_BYTES)
     assert fixed == (plan.TRAINER_PROCESS_BYTES + 24 * 1024 * (3 * 224 * 224 + 8)
                      + 3 * 1024 * plan.IMAGENET_EXAMPLE_BYTES)
-    assert choice.workers == (32 * GB - fixed) // per_worker == 88
+    assert choice.workers == (32 * GB - fixed) // per_worker == 29
     assert choice.memory_bound and choice.total <= 32 * GB < choice.total + per_worker
-    assert "data workers: 88 (memory holds only 88" in choice.line()
+    assert "data workers: 29 (memory holds only 29" in choice.line()
     # Too little for even one: still one (the /dev/shm check and the line say the rest).
     assert choose(Host(16, 4 * GB), need).workers == 1
     # Memory unknown: not limited by it.

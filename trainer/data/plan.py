@@ -225,16 +225,17 @@ def data_memory(shape: SliceShape, example_bytes: float) -> Tuple[int, int]:
     any number ``W`` of workers, ``fixed + W * per_worker``, where examples average
     ``example_bytes`` encoded. Fixed: the trainer process's own (``TRAINER_PROCESS_BYTES``),
     the step ring (``ring_batches`` local batches, whatever ``W``) and the encoded runs that
-    make up ``RUNS_AHEAD + 1`` local batches; each worker adds its process
-    (``WORKER_PROCESS_BYTES``), the decode budget (``WORKER_DECODE_BYTES``) and, since a unit is at most ``ceil(L / W) + BLOCK_EXAMPLES``
-    rows of a local batch of ``L``, ``RUNS_AHEAD + 1`` times ``BLOCK_EXAMPLES + 1`` examples
-    more. ``trainer.data.workers.choose`` sizes the default worker count with it."""
+    make up ``RUNS_AHEAD + 1`` local batches. Each worker adds its process
+    (``WORKER_PROCESS_BYTES``), the decode budget (``WORKER_DECODE_BYTES``) and, since a
+    unit is at most ``ceil(L / W) + BLOCK_EXAMPLES`` rows of a local batch of ``L``,
+    ``RUNS_AHEAD + 1`` times ``BLOCK_EXAMPLES + 1`` examples more.
+    ``trainer.data.workers.choose`` sizes the default worker count with it."""
     local = max(shape.batch, shape.eval_batch) // shape.hosts
     held = RUNS_AHEAD + 1
     fixed = (TRAINER_PROCESS_BYTES + ring_batches() * batch_bytes(shape)
              + int(held * local * example_bytes))
-    per_worker = WORKER_PROCESS_BYTES + WORKER_DECODE_BYTES + int(held * (epoch_order.BLOCK_EXAMPLES + 1)
-                                            * example_bytes)
+    runs = int(held * (epoch_order.BLOCK_EXAMPLES + 1) * example_bytes)
+    per_worker = WORKER_PROCESS_BYTES + WORKER_DECODE_BYTES + runs
     return fixed, per_worker
 
 
@@ -450,12 +451,13 @@ def memory_lines(shape: SliceShape, example_bytes: float) -> List[str]:
             _s(shape.devices // shape.hosts), shape.batch, shape.batch // shape.devices,
             shape.workers, _s(shape.workers), _size(int(example_bytes))),
         "memory per host: about {} in all: each data worker about {} ({} its own, up to {} "
-        "decoding one image, {} of encoded runs); the step ring {} in /dev/shm ({} local batches of {}); the trainer "
-        "process about {} (estimate); runs of {} local batches {}".format(
+        "decoding one image, {} of encoded runs); the step ring {} in /dev/shm ({} local "
+        "batches of {}); the trainer process about {} (estimate); runs of {} local batches {}".format(
             _size(fixed + shape.workers * per_worker if shape.workers
                   else fixed - ring + WORKER_DECODE_BYTES),
             _size(per_worker), _size(WORKER_PROCESS_BYTES), _size(WORKER_DECODE_BYTES),
-            _size(per_worker - WORKER_PROCESS_BYTES - WORKER_DECODE_BYTES), _size(ring), ring_batches(),
+            _size(per_worker - WORKER_PROCESS_BYTES - WORKER_DECODE_BYTES), _size(ring),
+            ring_batches(),
             _size(batch_bytes(shape)), _size(TRAINER_PROCESS_BYTES), RUNS_AHEAD + 1,
             _size(fixed - TRAINER_PROCESS_BYTES - ring_batches() * batch_bytes(shape))),
         carry_line(shape.workers),

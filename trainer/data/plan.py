@@ -452,7 +452,8 @@ def memory_lines(shape: SliceShape, example_bytes: float) -> List[str]:
             shape.workers, _s(shape.workers), _size(int(example_bytes))),
         "memory per host: about {} in all: each data worker about {} ({} its own, up to {} "
         "decoding one image, {} of encoded runs); the step ring {} in /dev/shm ({} local "
-        "batches of {}); the trainer process about {} (estimate); runs of {} local batches {}".format(
+        "batches of {}); the trainer process about {} (estimate); runs of {} local "
+        "batches {}".format(
             _size(fixed + shape.workers * per_worker if shape.workers
                   else fixed - ring + WORKER_DECODE_BYTES),
             _size(per_worker), _size(WORKER_PROCESS_BYTES), _size(WORKER_DECODE_BYTES),

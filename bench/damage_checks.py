@@ -6,6 +6,11 @@ work it rides on (run: python bench/damage_checks.py [--per-class N] [--rounds N
   now includes them), on the photographs ``bench/decode_pairs.py`` uses (about 480 x 450 px,
   quality 90, 4:2:0), CPU seconds of this process (``time.process_time``), torch at one
   thread as in a worker;
+- a data worker, per image, the region decoder's read to the End Of Image marker
+  (``jpeg_decode.CHECK_TO_END``: the rows below the crop entropy-decoded, what finds a zeroed
+  run or a frame whose sampling its scan does not match) against the decode without it, for
+  the training crop and the evaluation crop: the two alternate round by round in this
+  process, each round's ratio taken (only where the region decoder is built);
 - the trainer's side, per training step: ``damage.stand_in`` on a local batch of 512 images of
   224 px with no damaged row (what every step now pays: its labels scanned for a masked one).
 
@@ -36,7 +41,24 @@ def per_item(function, items, rounds):
         for index, item in enumerate(items):
             function(item, index)
         found.append((time.process_time() - started) / len(items))
-    return statistics.median(found[1:])
+    return statistics.median(found[1:] or found)
+
+
+def tail_ratio(items, function, rounds, jpeg_decode) -> float:
+    """Median over ``rounds`` of (CPU of ``function`` over ``items`` with
+    ``jpeg_decode.CHECK_TO_END``) / (the same without), the two alternating in each round and
+    their order swapped round by round."""
+    ratios = []
+    try:
+        for round_ in range(rounds + 1):  # the first warms up
+            seconds = {}
+            for checked in ((True, False) if round_ % 2 else (False, True)):
+                jpeg_decode.CHECK_TO_END = checked
+                seconds[checked] = per_item(function, items, 0)
+            ratios.append(seconds[True] / seconds[False])
+    finally:
+        jpeg_decode.CHECK_TO_END = True
+    return statistics.median(ratios[1:])
 
 
 def main() -> None:
@@ -56,6 +78,12 @@ def main() -> None:
                       args.rounds)
     decode = per_item(lambda data, index: images.train_image(
         data, 224, images.draws(0, 0, index)), pictures, args.rounds)
+    tails = {kind: tail_ratio(pictures, decode_one, args.rounds, jpeg_decode)
+             for kind, decode_one in (
+                 ("training", lambda data, index: images.train_image(
+                     data, 224, images.draws(0, 0, index))),
+                 ("evaluation", lambda data, _: images.eval_image(data, 224)))
+             } if jpeg_decode.decoder() == "region" else {}
     x = torch.zeros((512, 3, 224, 224), dtype=torch.uint8)
     y = torch.arange(512, dtype=torch.int64)
     batches = [(x, y)] * 50
@@ -65,6 +93,9 @@ def main() -> None:
                                                  args.rounds))
     print("worker, per image: marker checks {:.1f} us of a training decode of {:.3f} ms "
           "({:.2%})".format(checks * 1e6, decode * 1e3, checks / decode))
+    for kind, ratio in tails.items():
+        print("worker, per {} image: the read to the End Of Image marker {:.3f}x the decode "
+              "without it (median of {} paired rounds)".format(kind, ratio, args.rounds))
     print("trainer, per step of 512: stand_in without damage {:.1f} us ({:.4f} us an image; "
           "a 64 ms v5e step: {:.3%})".format(step * 1e6, step * 1e6 / 512, step / 0.064))
 

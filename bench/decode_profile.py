@@ -171,7 +171,8 @@ def main() -> None:
         blocks = [jpeg_decode.region(data, *regions[index])
                   for index, data in enumerate(photos)]
         stages["region: the box's rows and columns decoded"] = (
-            lambda data, index: module.decode(data, 1, *regions[index][3], jpeg_decode.FAST_DCT))
+            lambda data, index: module.decode(data, 1, *regions[index][3], jpeg_decode.FAST_DCT,
+                                             jpeg_decode.CHECK_TO_END))
         stages["region: decoded and the box copied out (mirrored)"] = (
             lambda data, index: jpeg_decode.region(data, *regions[index]))
         stages["region: the box resized"] = lambda data, index: resized(blocks[index], SIZE)

@@ -69,7 +69,7 @@ for number in range(mutants):
         left, top = rng.randrange(width), rng.randrange(height)
         box = (left, top, rng.randint(left + 1, width), rng.randint(top + 1, height))
         try:
-            region.decode(data, reduction, *box, rng.random() < 0.5)
+            region.decode(data, reduction, *box, rng.random() < 0.5, rng.random() < 0.5)
             decoded += 1
         except ValueError:
             refused += 1

@@ -1,10 +1,11 @@
 /* One region of a JPEG decoded alone, by libjpeg-turbo's jpeg_crop_scanline and
  * jpeg_skip_scanlines: the iMCU rows above the region are entropy-decoded only (no IDCT, no
- * upsampling, no colour conversion), those below it not at all, and only the iMCU columns
- * the region touches are transformed. A random-resized training crop touches about half a
+ * upsampling, no colour conversion), those below it likewise where `to_end` asks for the
+ * file to be checked to its end (else not at all), and only the iMCU columns the region
+ * touches are transformed. A random-resized training crop touches about half a
  * photograph's iMCUs (docs/benchmarks.md, "Decode profile").
  *
- * decode(data, reduction, left, top, right, bottom, fast_idct)
+ * decode(data, reduction, left, top, right, bottom, fast_idct, to_end)
  *     -> (pixels: bytearray, x, width)
  *
  * decodes the rows [top, bottom) of the JPEG in `data` at 1/`reduction` (1, 2, 4 or 8) of its
@@ -66,7 +67,7 @@ static int clamp(int value, int low, int high) {
 
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer data;
-    int reduction, left, top, right, bottom, fast_idct;
+    int reduction, left, top, right, bottom, fast_idct, to_end;
     struct jpeg_decompress_struct cinfo;
     struct failure failure;
     PyObject *volatile pixels = NULL;
@@ -80,8 +81,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     char *rows;
 
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*iiiiip", &data, &reduction, &left, &top, &right, &bottom,
-                          &fast_idct))
+    if (!PyArg_ParseTuple(args, "y*iiiiipp", &data, &reduction, &left, &top, &right, &bottom,
+                          &fast_idct, &to_end))
         return NULL;
     if (reduction != 1 && reduction != 2 && reduction != 4 && reduction != 8) {
         PyBuffer_Release(&data);
@@ -157,9 +158,27 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         JSAMPROW at = (JSAMPROW)(rows + stride * (cinfo.output_scanline - first_row));
         jpeg_read_scanlines(&cinfo, &at, 1);
     }
-    /* The iMCU rows below the box's are never decoded. */
+    /* With `to_end` the rows below the box are entropy-decoded too (skipped: no IDCT, no
+     * upsampling, no colour conversion) and the decode finished at the End Of Image marker,
+     * where libjpeg warns of damage that desynchronised the entropy code without an error
+     * before it (a zeroed run, a frame whose sampling its scan does not match: "extraneous
+     * bytes before marker"): such damage above the box's last row gives wrong pixels in
+     * the box with no other sign. Without it those rows are never decoded. */
     width = cinfo.output_width;
-    jpeg_abort_decompress(&cinfo);
+    if (to_end) {
+        /* Not a skip to the end: libjpeg-turbo's marks the input finished without reading
+         * it. A skip to the last row, then that row read (into the image's pool). */
+        if (cinfo.output_scanline < cinfo.output_height) {
+            JSAMPARRAY last_row = (*cinfo.mem->alloc_sarray)(
+                (j_common_ptr)&cinfo, JPOOL_IMAGE, cinfo.output_width * 3, 1);
+            if (cinfo.output_scanline + 1 < cinfo.output_height)
+                jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1 - cinfo.output_scanline);
+            jpeg_read_scanlines(&cinfo, last_row, 1);
+        }
+        jpeg_finish_decompress(&cinfo);
+    } else {
+        jpeg_abort_decompress(&cinfo);
+    }
     jpeg_destroy_decompress(&cinfo);
     PyEval_RestoreThread(released);
     PyBuffer_Release(&data);
@@ -168,8 +187,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(data, reduction, left, top, right, bottom, fast_idct) -> (pixels, x, width): the "
-     "box's rows of the JPEG at 1/reduction, as RGB, from column x."},
+     "decode(data, reduction, left, top, right, bottom, fast_idct, to_end) -> (pixels, x, "
+     "width): the box's rows of the JPEG at 1/reduction, as RGB, from column x; to_end: "
+     "checked to its End Of Image marker."},
     {NULL, NULL, 0, NULL},
 };
 

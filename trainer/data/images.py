@@ -169,8 +169,9 @@ def _decoding(name: str) -> Iterator[None]:
 def verify(data: bytes, name: str = "an image") -> None:
     """All of the image in ``data`` decoded at its smallest scale, by the strictest decoder
     here (``make_shards`` checks what it stores so): a ``DamagedImage`` if any of it is
-    damaged or over a worker's limits. A crop decodes only the rows it needs, so damage
-    elsewhere in a file shows only here, or when a crop reaches it."""
+    damaged or over a worker's limits. A crop finds the same damage where the region decoder
+    reads every file to its end (``jpeg_decode.CHECK_TO_END``); this is the whole check for
+    every decoder."""
     with _decoding(name):
         opened = _opened(data)
         if opened.image is None:

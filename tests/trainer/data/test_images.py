@@ -3,6 +3,7 @@
 import io
 import random
 
+import numpy
 import pytest
 import torch
 from hypothesis import example, given, settings
@@ -269,3 +270,112 @@ def test_bad_bytes_are_a_damaged_image_or_an_image_never_another_error(edits, cu
             assert damaged.name == "x.jpg" and "\n" not in damaged.message
         else:
             assert image is None or image.shape == (3, 32, 32)
+
+
+def _entropy_start(data: bytes) -> int:
+    """Where the first scan's entropy-coded data begins (after its SOS segment)."""
+    at = data.index(b"\xff\xda")
+    return at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
+
+
+def _frame(data: bytes) -> int:
+    """Where the Start Of Frame marker is."""
+    return next(at for at in range(len(data) - 1)
+                if data[at] == 0xFF and data[at + 1] in (0xC0, 0xC1, 0xC2))
+
+
+def _edited(data: bytes, edits) -> bytes:
+    data = bytearray(data)
+    for at, value in edits:
+        data[at] = value
+    return bytes(data)
+
+
+# Each kind of damage a bucket's JPEGs come with, made from a valid 4:2:0 photograph-like
+# file; the SOF segment is: marker (2), length (2), precision (1), height (2), width (2),
+# components (1), then each component's id, sampling and table (3 bytes).
+DAMAGE = {
+    "cut without its End Of Image marker": lambda data: data[:len(data) // 2],
+    "cut, the marker appended": lambda data: data[:len(data) // 2] + b"\xff\xd9",
+    "bits flipped in the scan": lambda data: _edited(data, [
+        (at, data[at] ^ 0x10) for at in range(_entropy_start(data) + 200, len(data) - 2, 997)]),
+    # Zero bytes are valid Huffman codes: libjpeg decodes on with wrong pixels and warns only
+    # at the scan's end ("extraneous bytes before marker"), whatever the crop.
+    "512 bytes of the scan zeroed": lambda data: _edited(data, [
+        (at, 0) for at in range((_entropy_start(data) + len(data)) // 2,
+                                (_entropy_start(data) + len(data)) // 2 + 512)]),
+    "a frame whose sampling its scan does not match": lambda data: _edited(
+        data, [(_frame(data) + 11, 0x11)]),  # luma 2 x 2 declared 1 x 1
+    "a scan naming a component the frame has not": lambda data: _edited(
+        data, [(data.index(b"\xff\xda") + 5, 9)]),
+    "12-bit samples (libjpeg here decodes 8)": lambda data: _edited(
+        data, [(_frame(data) + 1, 0xC1), (_frame(data) + 4, 12)]),
+}
+_PHOTO_JPEG = encoded(Image.effect_noise((320, 240), 64).convert("RGB"), quality=90)
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["the decoder here", "whole decodes"])
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_each_kind_of_damage_is_a_damaged_image_whatever_the_crop(kind, whole, monkeypatch):
+    """Every crop of a damaged file is a DamagedImage, however little of the file it needs:
+    a zeroed run or a mismatched frame decode on with wrong pixels and no error until the
+    scan's end, so the region decoder reads every file to its End Of Image marker
+    (jpeg_decode.CHECK_TO_END); the whole-image decoders read it all anyway."""
+    if whole:
+        monkeypatch.setattr(jpeg_decode, "_region_module", lambda: None)
+    data = DAMAGE[kind](_PHOTO_JPEG)
+    decodes = [lambda: images.verify(data, "bad.jpg"),
+               lambda: images.eval_image(data, 64, "bad.jpg")]
+    # Small crops of the top left: the least of the file a crop needs.
+    decodes += [lambda seed=seed: images.train_image(data, 64, random.Random(seed), "bad.jpg")
+                for seed in range(6)]
+    for decode in decodes:
+        with pytest.raises(images.DamagedImage) as raised:
+            decode()
+        assert raised.value.name == "bad.jpg" and "\n" not in raised.value.message
+
+
+def _flat_441() -> bytes:
+    """A valid 4:4:1 JPEG (luma sampled 1 across, 4 down: what jpegtran -transpose makes of
+    4:1:1), which no encoder here writes: a flat 32 x 32 colour encoded 4:1:1 by simplejpeg,
+    its luma sampling then declared 1 x 4. Both layouts code 4 luma blocks and one of each
+    chroma per MCU and 4 MCUs in all, and every block of a flat image is the same, so the
+    scan is the same bytes: nothing in it is damaged."""
+    simplejpeg = pytest.importorskip("simplejpeg")
+    pixels = numpy.full((32, 32, 3), (200, 100, 50), numpy.uint8)
+    data = simplejpeg.encode_jpeg(pixels, 95, "RGB", "411")
+    assert data[_frame(data) + 11] == 0x41
+    return _edited(data, [(_frame(data) + 11, 0x14)])
+
+
+def _ycck() -> bytes:
+    """A YCCK JPEG: Pillow's CMYK file with its Adobe segment's transform set to 2 (libjpeg
+    then reads the components as YCCK)."""
+    data = encoded(Image.new("CMYK", (64, 48), (30, 60, 90, 10)))
+    adobe = data.index(b"\xff\xee")  # marker, length, "Adobe", version, 2 flags, transform
+    assert data[adobe + 4:adobe + 9] == b"Adobe" and data[adobe + 15] == 0
+    return _edited(data, [(adobe + 15, 2)])
+
+
+VALID_UNUSUAL = {
+    "CMYK": lambda: encoded(Image.new("CMYK", (64, 48), (30, 60, 90, 10))),
+    "YCCK": _ycck,
+    "grayscale": lambda: encoded(Image.effect_noise((64, 48), 64)),
+    "progressive": lambda: encoded(Image.effect_noise((64, 48), 64).convert("RGB"),
+                                   progressive=True),
+    "restart markers": lambda: encoded(Image.effect_noise((64, 48), 64).convert("RGB"),
+                                       restart_marker_blocks=2),
+    "4:4:1": _flat_441,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(VALID_UNUSUAL))
+def test_valid_unusual_jpegs_decode_to_rgb_and_are_never_damage(kind):
+    data = VALID_UNUSUAL[kind]()
+    images.verify(data, "odd.jpg")
+    for image in [images.eval_image(data, 32, "odd.jpg")] + [
+            images.train_image(data, 32, random.Random(seed), "odd.jpg") for seed in range(4)]:
+        assert image.shape == (3, 32, 32) and image.dtype == torch.uint8
+    if kind == "4:4:1":  # the flat colour back, up to the colour conversion's rounding
+        assert (images.eval_image(data, 32).reshape(3, -1).float()
+                - torch.tensor([[200.0], [100.0], [50.0]])).abs().max() <= 2

@@ -164,9 +164,9 @@ def test_a_box_outside_the_image_or_a_wrong_scale_is_a_value_error():
     module = jpeg_decode._region_module()
     with pytest.raises(ValueError, match=r"the box \(0, 0, 302, 10\) is not inside the "
                                          r"301x203 image"):
-        module.decode(encoded("4:2:0"), 1, 0, 0, 302, 10, True)
+        module.decode(encoded("4:2:0"), 1, 0, 0, 302, 10, True, True)
     with pytest.raises(ValueError, match="reduction must be 1, 2, 4 or 8, not 3"):
-        module.decode(encoded("4:2:0"), 3, 0, 0, 10, 10, True)
+        module.decode(encoded("4:2:0"), 3, 0, 0, 10, 10, True, True)
 
 
 @pytest.mark.skipif(jpeg_decode.decoder() != "region", reason="the region decoder is not built")
@@ -196,7 +196,7 @@ def test_other_threads_run_while_a_box_is_decoded():
         rate = (counted[0] - before) / 0.2
         before, start = counted[0], time.perf_counter()
         while time.perf_counter() - start <= 0.3:
-            jpeg_decode._region_module().decode(data, 1, 0, 0, 6000, 4000, True)
+            jpeg_decode._region_module().decode(data, 1, 0, 0, 6000, 4000, True, True)
         during, seconds = counted[0] - before, time.perf_counter() - start
     finally:
         stop.set()
@@ -207,16 +207,16 @@ def test_other_threads_run_while_a_box_is_decoded():
 
 def test_a_jpeg_cut_short_is_an_os_error_whichever_box_is_asked():
     # Cut below the box, the file no longer ends at its End Of Image marker: decoded whole,
-    # strictly. Cut and given a marker again, the box above the cut decodes (its rows are
-    # whole) and a box across the cut is an error, never grey rows.
+    # strictly. Cut and given a marker again, a box above the cut is an error too (the region
+    # decoder reads to the marker, jpeg_decode.CHECK_TO_END: until 2026-11 its rows decoded),
+    # and a box across the cut, never grey rows.
     data = encoded("4:2:0")
     with pytest.raises(OSError, match="cannot decode the JPEG"):
         jpeg_decode.region(data[:len(data) // 2], 301, 203, 1, (0, 0, 10, 10), False)
-    if jpeg_decode.decoder() == "region":
-        remarked = data[:len(data) // 2] + b"\xff\xd9"
-        jpeg_decode.region(remarked, 301, 203, 1, (0, 0, 10, 10), False)
+    remarked = data[:len(data) // 2] + b"\xff\xd9"
+    for box in ((0, 0, 10, 10), (0, 190, 10, 203)):
         with pytest.raises(OSError, match="cannot decode the JPEG"):
-            jpeg_decode.region(remarked, 301, 203, 1, (0, 190, 10, 203), False)
+            jpeg_decode.region(remarked, 301, 203, 1, box, False)
 
 
 def test_bytes_after_the_end_of_image_decode_to_the_same_pixels():

@@ -75,6 +75,7 @@ class TrainConfig:
     precision: str = "fp32"
     optimizer: str = "sgd"
     clip_grad_norm: float = 0.0
+    grad_accum_steps: int = 1
     max_bad_images: str = "0.1%"
     keep_best: str = ""
 
@@ -90,7 +91,8 @@ class TrainConfig:
                     and field.name != "seed"):  # the seed has its own range, below
                 raise TrainerError("--{} is too large, got {}".format(field.name, value),
                                    "use at most {}".format(MAX_COUNT))
-        positive = ("batch_size", "num_epochs", "keep_checkpoints", "image_size")
+        positive = ("batch_size", "num_epochs", "keep_checkpoints", "image_size",
+                    "grad_accum_steps")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise TrainerError("--{} must be positive, got {}".format(
@@ -154,6 +156,13 @@ class TrainConfig:
             raise TrainerError("no input data: --data_dir is not set",
                                "pass --data_dir=PATH_OR_GS_URI, or --fake_data for a smoke run")
 
+
+    @property
+    def step_batch_size(self) -> int:
+        """Examples per optimizer step and device: ``--batch_size`` (each micro-batch's) times
+        ``--grad_accum_steps``. The data comes in batches of this; the global batch, the
+        learning rate's scaling and every step count are of optimizer steps."""
+        return self.batch_size * self.grad_accum_steps
 
     def train_steps(self, steps_per_epoch: int) -> int:
         """The steps the run trains in all: ``--num_epochs`` epochs of ``steps_per_epoch``,
@@ -223,7 +232,11 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
     values.update(defaults)
     helps = {
         "batch_size": "examples per training step and device (the global batch is this x "
-                      "--devices)",
+                      "--devices x --grad_accum_steps)",
+        "grad_accum_steps": "micro-batches of --batch_size per optimizer step: the update of "
+                            "a batch this many times larger, one micro-batch's activations "
+                            "on the device at a time; step counts and --lr_batch scaling are "
+                            "of optimizer steps and their whole batch",
         "num_epochs": "passes over the training data",
         "lr": "peak learning rate (SGD) of a global batch of --lr_batch examples",
         "lr_batch": "the global batch --lr is for: the run's peak rate is lr x global batch / "

@@ -165,8 +165,8 @@ def region(data: bytes, width: int, height: int, reduction: int, box: Tuple[int,
 # The region decoder reads every file to its End Of Image marker (the rows below the box
 # entropy-decoded only): damage that desynchronises the entropy code (a zeroed run, a frame
 # whose sampling its scan does not match) raises no error before the end, and the box's
-# pixels after it are wrong. 8 to 9 % more CPU per training image, 4 % per evaluation image
-# (bench/damage_checks.py); a bench turns it off to measure that.
+# pixels after it are wrong. 7 to 9 % more CPU per training image, 3 to 4 % per evaluation
+# image (bench/damage_checks.py, docs/benchmarks.md); the bench turns it off to measure it.
 CHECK_TO_END = True
 
 # The first libjpeg-turbo whose jpeg_crop_scanline decodes 4x2 and 2x4 chroma sampling right at

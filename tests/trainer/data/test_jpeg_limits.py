@@ -4,12 +4,15 @@ The limits admit ImageNet's largest photographs (near 100 megapixels)."""
 
 import io
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
+from conftest import REPO, clean_environ
 from trainer.data import images, jpeg_limits
 
 SOF_SIZE_OFFSET = 5  # after the marker: length (2), precision (1), then height and width
@@ -94,3 +97,52 @@ def test_any_bytes_give_a_layout_or_none_never_an_error(tail, cut):
     data = encoded()[:cut] + tail
     found = jpeg_limits.layout(data)
     assert found is None or isinstance(jpeg_limits.problem(found), (str, type(None)))
+
+
+# What a worker's decode of one image may add to its peak memory, measured in a child process
+# that holds only the file's bytes: the decode budget (libjpeg's max_memory_to_use and the
+# markers' estimate both stop at it) and the decoded image at the reduced scale, a few MB.
+_DECODE_PEAK = '''
+import io, random, re, sys
+from PIL import Image
+from trainer.data import images
+
+def kib(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+
+data = open(sys.argv[1], "rb").read()
+small = io.BytesIO()
+Image.new("RGB", (64, 48)).save(small, "JPEG", progressive=True)
+images.train_image(small.getvalue(), 32, random.Random(0), "warm.jpg")  # the decoders loaded
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # the peak (VmHWM) starts again from what the process holds now
+before = kib("VmRSS")
+for seed in range(3):
+    images.train_image(data, 224, random.Random(seed), "big.jpg")
+images.eval_image(data, 224, "big.jpg")
+images.verify(data, "big.jpg")
+print((kib("VmHWM") - before) * 1024)
+'''
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_a_100_megapixel_photograph_decodes_within_the_budget(progressive, tmp_path):
+    """ImageNet-1k's largest photographs are near 100 megapixels: one of 12000 x 8000
+    decodes for training, evaluation and make_shards's check, baseline and progressive
+    (274 MiB of coefficients, under libjpeg's 512 MiB max_memory_to_use), and adds at most
+    the budget to the decoding process's peak memory (Linux's VmHWM, reset after a small
+    image's decode has loaded the decoders)."""
+    picture = Image.linear_gradient("L").resize((12000, 8000)).convert("RGB")
+    path = tmp_path / "big.jpg"
+    picture.save(str(path), "JPEG", quality=75, progressive=progressive)
+    found = jpeg_limits.layout(path.read_bytes())
+    assert found.width * found.height == 96 * 10 ** 6 and jpeg_limits.problem(found) is None
+    child = subprocess.run([sys.executable, "-c", _DECODE_PEAK, str(path)],
+                           capture_output=True, text=True, timeout=300,
+                           env=clean_environ(PJRT_DEVICE="CPU"), cwd=str(REPO))
+    assert child.returncode == 0, child.stderr[-2000:]
+    added = int(child.stdout.split()[-1])
+    # Baseline: no coefficient buffer; progressive: 274 MiB of them (measured: 11 and 280).
+    assert added <= jpeg_limits.DECODE_BUDGET
+    if progressive:
+        assert added >= found.coefficient_bytes() // 2  # the figure is the decode's

@@ -3,6 +3,7 @@
 import io
 import random
 
+import damaged_jpegs
 import numpy
 import pytest
 import torch
@@ -272,46 +273,8 @@ def test_bad_bytes_are_a_damaged_image_or_an_image_never_another_error(edits, cu
             assert image is None or image.shape == (3, 32, 32)
 
 
-def _entropy_start(data: bytes) -> int:
-    """Where the first scan's entropy-coded data begins (after its SOS segment)."""
-    at = data.index(b"\xff\xda")
-    return at + 2 + int.from_bytes(data[at + 2:at + 4], "big")
-
-
-def _frame(data: bytes) -> int:
-    """Where the Start Of Frame marker is."""
-    return next(at for at in range(len(data) - 1)
-                if data[at] == 0xFF and data[at + 1] in (0xC0, 0xC1, 0xC2))
-
-
-def _edited(data: bytes, edits) -> bytes:
-    data = bytearray(data)
-    for at, value in edits:
-        data[at] = value
-    return bytes(data)
-
-
-# Each kind of damage a bucket's JPEGs come with, made from a valid 4:2:0 photograph-like
-# file; the SOF segment is: marker (2), length (2), precision (1), height (2), width (2),
-# components (1), then each component's id, sampling and table (3 bytes).
-DAMAGE = {
-    "cut without its End Of Image marker": lambda data: data[:len(data) // 2],
-    "cut, the marker appended": lambda data: data[:len(data) // 2] + b"\xff\xd9",
-    "bits flipped in the scan": lambda data: _edited(data, [
-        (at, data[at] ^ 0x10) for at in range(_entropy_start(data) + 200, len(data) - 2, 997)]),
-    # Zero bytes are valid Huffman codes: libjpeg decodes on with wrong pixels and warns only
-    # at the scan's end ("extraneous bytes before marker"), whatever the crop.
-    "512 bytes of the scan zeroed": lambda data: _edited(data, [
-        (at, 0) for at in range((_entropy_start(data) + len(data)) // 2,
-                                (_entropy_start(data) + len(data)) // 2 + 512)]),
-    "a frame whose sampling its scan does not match": lambda data: _edited(
-        data, [(_frame(data) + 11, 0x11)]),  # luma 2 x 2 declared 1 x 1
-    "a scan naming a component the frame has not": lambda data: _edited(
-        data, [(data.index(b"\xff\xda") + 5, 9)]),
-    "12-bit samples (libjpeg here decodes 8)": lambda data: _edited(
-        data, [(_frame(data) + 1, 0xC1), (_frame(data) + 4, 12)]),
-}
 _PHOTO_JPEG = encoded(Image.effect_noise((320, 240), 64).convert("RGB"), quality=90)
+DAMAGE = damaged_jpegs.DAMAGE
 
 
 @pytest.mark.parametrize("whole", [False, True], ids=["the decoder here", "whole decodes"])
@@ -344,8 +307,8 @@ def _flat_441() -> bytes:
     simplejpeg = pytest.importorskip("simplejpeg")
     pixels = numpy.full((32, 32, 3), (200, 100, 50), numpy.uint8)
     data = simplejpeg.encode_jpeg(pixels, 95, "RGB", "411")
-    assert data[_frame(data) + 11] == 0x41
-    return _edited(data, [(_frame(data) + 11, 0x14)])
+    assert data[damaged_jpegs.frame(data) + 11] == 0x41
+    return damaged_jpegs.edited(data, [(damaged_jpegs.frame(data) + 11, 0x14)])
 
 
 def _ycck() -> bytes:
@@ -354,7 +317,7 @@ def _ycck() -> bytes:
     data = encoded(Image.new("CMYK", (64, 48), (30, 60, 90, 10)))
     adobe = data.index(b"\xff\xee")  # marker, length, "Adobe", version, 2 flags, transform
     assert data[adobe + 4:adobe + 9] == b"Adobe" and data[adobe + 15] == 0
-    return _edited(data, [(adobe + 15, 2)])
+    return damaged_jpegs.edited(data, [(adobe + 15, 2)])
 
 
 VALID_UNUSUAL = {

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 
+import damaged_jpegs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -67,10 +68,7 @@ def test_an_exif_thumbnails_scan_is_not_counted():
 def test_a_scan_bomb_is_refused_before_any_decode():
     """883 scans of a valid 158 KB progressive file took 14 s in every decoder; a file whose
     markers show more than MAX_SCANS is damaged, decided from its markers."""
-    data = encoded(progressive=True, size=(256, 256))
-    first_scan = data.index(b"\xff\xda")
-    scan = data[first_scan:data.index(b"\xff\xd9", first_scan)]
-    bomb = data[:-2] + scan * 120 + b"\xff\xd9"  # the first scans again: decoders would redo
+    bomb = damaged_jpegs.scan_bomb()  # its first scans again: decoders would redo each
     found = jpeg_limits.layout(bomb)
     assert found.scans > jpeg_limits.MAX_SCANS
     assert "scans, more than the 100 a worker decodes" in jpeg_limits.problem(found)

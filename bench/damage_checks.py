@@ -25,6 +25,7 @@ to a batch without damage.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -106,7 +107,7 @@ def damaged_costs(pictures, rounds, images) -> dict:
     for kind, files in kinds.items():
         undetected.clear()
         seconds = per_item(refused, files, rounds)
-        costs[kind] = (seconds, peak_growth(lambda: per_item(refused, files, 0)),
+        costs[kind] = (seconds, peak_growth(functools.partial(per_item, refused, files, 0)),
                        len(undetected), len(files))
     return costs
 

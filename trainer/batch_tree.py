@@ -9,7 +9,8 @@ dimension; a model's output is a tensor, a tuple, a dict or a Hugging Face ``Mod
 - ``output_loss``: the loss a model computed itself (a ``ModelOutput``'s or dict's ``loss``),
   the default ``loss_fn`` for dict items, as Hugging Face's ``Trainer`` takes it;
 - ``flatten``/``unflatten``: an input as a flat list of tensors and back (the compiled step
-  traces tensors only), ``describe``: an input's dtypes and shapes, for error lines.
+  traces tensors only), ``describe``: an input's dtypes and shapes, for error lines;
+- ``micro_batch``: one of a step's micro-batches (``--grad_accum_steps``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,25 @@ def unflatten(tensors: List[torch.Tensor], structure: Any) -> Any:
     if structure is None:
         return tensors[0]
     return tree_unflatten(list(tensors), structure)
+
+
+def micro_batch(inputs: Any, part: int, parts: int, groups: int = 1) -> Any:
+    """Micro-batch ``part`` of ``parts`` of a batch (every tensor of ``inputs`` cut alike on
+    its first dimension), whose rows are ``groups`` equal blocks (one per device: the batch is
+    sharded so over the SPMD mesh): the ``part``-th of each block's ``parts`` equal slices, so
+    each device's micro-batch is its own rows and no row moves between devices. Every row is
+    in exactly one micro-batch."""
+    def rows(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        per, left = divmod(value.shape[0], groups * parts)
+        if left:
+            raise RuntimeError("a batch of {} rows cannot be cut into {} micro-batches on {} "
+                               "device(s)".format(value.shape[0], parts, groups))
+        rest = tuple(value.shape[1:])
+        return value.reshape((groups, parts, per) + rest)[:, part].reshape(
+            (groups * per,) + rest)
+    return tree_map(rows, inputs)
 
 
 def logits_of(outputs: Any) -> Any:

@@ -61,6 +61,8 @@ class TrainSpec:
     # The user's own evaluation metrics (``trainer.train(metrics=...)``): name -> fn(outputs,
     # targets), each batch's mean, reported example-weighted (``steps.Steps``).
     metrics: Optional[Dict[str, Callable]] = None
+    # The user's parameter groups (``trainer.param_groups``), by parameter name.
+    param_groups: Sequence[Any] = ()
 
 
 def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
@@ -90,12 +92,13 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         spec.data.schedule(RunSchedule(config.epochs(steps_per_epoch), config.eval_every_epochs,
                                        steps_per_epoch, config.eval_steps(spec.data.eval_steps)))
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
-                                                   spec.data.batch_size)
+                                                   spec.data.batch_size, spec.param_groups)
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
                       config.precision, spec.eval_rows, config.seed, spec.binary,
-                      config.clip_grad_norm, spec.metrics)
+                      config.clip_grad_norm, spec.metrics, config.grad_accum_steps,
+                      topology.devices)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
-                                               config.batch_size, spec.data.layout,
+                                               config.step_batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)
         state = LoopState()
         train_steps = config.train_steps(steps_per_epoch)
@@ -111,8 +114,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                                                    else "--max_steps"))
         if spec.data.describe():
             log.info("data: %s", spec.data.describe())
-        log.info("global batch %d (--batch_size=%d per device x %d); peak learning rate %g "
+        log.info("global batch %d (--batch_size=%d per device x %d%s); peak learning rate %g "
                  "(%s)", spec.data.batch_size, config.batch_size, topology.devices,
+                 " x --grad_accum_steps={}: micro-batches of {}".format(
+                     config.grad_accum_steps, spec.data.batch_size // config.grad_accum_steps)
+                 if config.grad_accum_steps > 1 else "",
                  learning_rate.peak, "--lr={:g} x {} / --lr_batch={}".format(
                      config.lr, spec.data.batch_size, config.lr_batch)
                  if config.lr_batch else "--lr as given: --lr_batch=0")
@@ -166,6 +172,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                             PhaseTimes(run.eval_seconds, checkpoints.seconds))
         summary.update(devices=topology.devices, devices_found=topology.found,
                        processes=topology.process_count, batch_size_per_device=config.batch_size,
+                       grad_accum_steps=config.grad_accum_steps,
                        global_batch=spec.data.batch_size,
                        learning_rate=steps.learning_rate.peak, precision=config.precision,
                        job=job.summary(outputs.stops))

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from trainer import xla
-from trainer.batch_tree import arguments, flatten, unflatten
+from trainer.batch_tree import arguments, flatten, micro_batch, unflatten
+from trainer.param_groups import lr_scale
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Tensors = Sequence[torch.Tensor]
@@ -112,14 +113,19 @@ class OneGraphTrainStep:
     The rate is ``rate_at(number)`` (``optim.LearningRate.rate_at``), computed inside the graph
     from a step counter that the graph also advances, so consecutive steps upload nothing but
     their batch; the counter is uploaded only when ``number`` is not the one after the last
-    (the first step, a resumed run). The optimizer's own rate is not read."""
+    (the first step, a resumed run). The optimizer's own rate is not read.
+
+    ``accumulate`` micro-batches (``Steps``; ``groups``: the devices the batch's rows are
+    blocks of) run forward and backward one after the other in the graph, their gradients
+    summed before the one update."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.SGD,
                  loss_fn: LossFunction, rate_at: Callable[[torch.Tensor], torch.Tensor],
                  autocast: Callable[[], Any] = contextlib.nullcontext,
-                 clip_norm: float = 0.0) -> None:
+                 clip_norm: float = 0.0, accumulate: int = 1, groups: int = 1) -> None:
         self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
         self.autocast, self.clip_norm = autocast, clip_norm
+        self.accumulate, self.groups = accumulate, groups
         self.tensors = ModelTensors(model)
         # The parameters that train, then the frozen ones: the graph's inputs in that order.
         every = self.tensors.parameters
@@ -167,9 +173,12 @@ class OneGraphTrainStep:
             ordered[index] = tensor
         # The forward updates batch-norm statistics in place: on copies, which it returns.
         buffers = [buffer.clone() for buffer in buffers]
-        with self.autocast():
-            loss = self.loss_fn(self.tensors.call(ordered, buffers, x), y)
-        gradients = torch.autograd.grad(loss, leaves)
+        if self.accumulate == 1:
+            with self.autocast():
+                loss = self.loss_fn(self.tensors.call(ordered, buffers, x), y)
+            gradients = torch.autograd.grad(loss, leaves)
+        else:
+            loss, gradients = self._accumulated(ordered, buffers, x, y, leaves)
         with torch.no_grad():
             if self.clip_norm:
                 gradients = clipped(gradients, self.clip_norm)
@@ -178,6 +187,23 @@ class OneGraphTrainStep:
                                                          counter)
         return tuple(new_parameters) + tuple(buffers) + tuple(new_slots) + (
             loss_total + loss.detach(), counter + 1)
+
+
+    def _accumulated(self, ordered: Tensors, buffers: Tensors, x: Any, y: torch.Tensor,
+                     leaves: Tensors) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """(the micro-batches' mean loss, the sum of their gradients of loss / accumulate)."""
+        losses: List[torch.Tensor] = []
+        gradients: List[torch.Tensor] = []
+        for part in range(self.accumulate):
+            with self.autocast():
+                loss = self.loss_fn(self.tensors.call(ordered, buffers, micro_batch(
+                    x, part, self.accumulate, self.groups)), micro_batch(
+                    y, part, self.accumulate, self.groups))
+            found = torch.autograd.grad(loss / self.accumulate, leaves)
+            gradients = list(found) if not gradients else [
+                total + more for total, more in zip(gradients, found)]
+            losses.append(loss.detach())
+        return torch.stack(losses).mean(), gradients
 
 
 class OneGraphEvalStep:
@@ -229,38 +255,57 @@ def _split(tensors: Tensors, *sizes: int) -> List[Tensors]:
 
 
 def sgd_step(parameters: Tensors, gradients: Tensors, momentum_buffers: Tensors,
-             rate: torch.Tensor, momentum: float, weight_decay: float
+             rate: torch.Tensor, momentum: float, weight_decay: Union[float, Sequence[float]],
+             scales: Optional[Sequence[float]] = None
              ) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
     """``torch.optim.SGD``'s update (no dampening, no Nesterov) as new tensors: (parameters,
-    momentum buffers); no momentum buffers in or out when ``momentum`` is 0."""
+    momentum buffers); no momentum buffers in or out when ``momentum`` is 0.
+    ``weight_decay``: one for all, or each parameter's; ``scales``: each parameter's rate as a
+    multiple of ``rate`` (its group's ``lr_scale``; None: 1 for all)."""
+    decays = _each(weight_decay, len(parameters))
     new_parameters, new_momentum = [], []
     for index, (parameter, gradient) in enumerate(zip(parameters, gradients)):
-        if weight_decay:
-            gradient = gradient.add(parameter, alpha=weight_decay)
+        if decays[index]:
+            gradient = gradient.add(parameter, alpha=decays[index])
         if momentum:
             gradient = momentum_buffers[index] * momentum + gradient
             new_momentum.append(gradient)
-        new_parameters.append(parameter - gradient * rate)
+        new_parameters.append(parameter - gradient * _scaled(rate, scales, index))
     return new_parameters, new_momentum
+
+
+def _each(value: Union[float, Sequence[float]], count: int) -> Sequence[float]:
+    return [float(value)] * count if isinstance(value, (int, float)) else value
+
+
+def _scaled(rate: torch.Tensor, scales: Optional[Sequence[float]], index: int) -> torch.Tensor:
+    """``rate`` times parameter ``index``'s scale: no op in the graph for a scale of 1 (every
+    parameter without groups of the user's)."""
+    if scales is None or scales[index] == 1.0:
+        return rate
+    return rate * scales[index]
 
 
 def adamw_step(parameters: Tensors, gradients: Tensors, exp_avgs: Tensors, exp_avg_sqs: Tensors,
                step: torch.Tensor, rate: torch.Tensor, betas: Tuple[float, float], eps: float,
-               weight_decays: Sequence[float]
+               weight_decays: Sequence[float], scales: Optional[Sequence[float]] = None
                ) -> Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]:
     """``torch.optim.AdamW``'s update (no amsgrad, not maximize) as new tensors: (parameters,
     first moments, second moments); ``step`` is the update's 1-based number (a float tensor),
-    ``weight_decays`` each parameter's."""
+    ``weight_decays`` each parameter's, ``scales`` each parameter's rate as a multiple of
+    ``rate`` (None: 1 for all)."""
     beta1, beta2 = betas
     # 1 - beta^step as -expm1(step log beta): exact to the dtype's precision, where 1 - 0.999^4
     # in float32 keeps only 2 of its digits.
-    step_size = rate / -torch.expm1(step * math.log(beta1))
+    correction1 = -torch.expm1(step * math.log(beta1))
     correction2_sqrt = torch.sqrt(-torch.expm1(step * math.log(beta2)))
     new_parameters, new_avgs, new_sqs = [], [], []
-    for parameter, gradient, avg, sq, decay in zip(parameters, gradients, exp_avgs,
-                                                   exp_avg_sqs, weight_decays):
+    for index, (parameter, gradient, avg, sq, decay) in enumerate(zip(
+            parameters, gradients, exp_avgs, exp_avg_sqs, weight_decays)):
+        own_rate = _scaled(rate, scales, index)
+        step_size = own_rate / correction1
         if decay:
-            parameter = parameter * (1.0 - rate * decay)
+            parameter = parameter * (1.0 - own_rate * decay)
         avg = avg + (gradient - avg) * (1.0 - beta1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
         sq = sq * beta2 + gradient * gradient * (1.0 - beta2)
         denominator = sq.sqrt() / correction2_sqrt + eps
@@ -274,9 +319,11 @@ class SgdRule:
     """SGD in the graph: one slot per parameter (its momentum buffer) where there is
     momentum."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.momentum, self.weight_decay = sgd_settings(optimizer)
+    def __init__(self, optimizer: torch.optim.Optimizer, parameters: Tensors) -> None:
+        self.momentum = sgd_settings(optimizer)
         self.slots = 1 if self.momentum else 0
+        self.weight_decays = group_values(optimizer, parameters, "weight_decay")
+        self.scales = group_scales(optimizer, parameters)
 
     def read(self, optimizer: torch.optim.Optimizer, parameters: Tensors) -> List[torch.Tensor]:
         """The optimizer's momentum buffers, read afresh every step (loading a checkpoint
@@ -289,7 +336,8 @@ class SgdRule:
     def update(self, parameters: Tensors, gradients: Tensors, slots: Tensors,
                rate: torch.Tensor, counter: torch.Tensor
                ) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
-        return sgd_step(parameters, gradients, slots, rate, self.momentum, self.weight_decay)
+        return sgd_step(parameters, gradients, slots, rate, self.momentum, self.weight_decays,
+                        self.scales)
 
     def write(self, optimizer: torch.optim.Optimizer, parameters: Tensors, slots: Tensors,
               steps_taken: int) -> None:
@@ -314,8 +362,8 @@ class AdamWRule:
                              "with the same betas and eps in every parameter group")
         self.betas = tuple(float(beta) for beta in groups[0]["betas"])
         self.eps = float(groups[0]["eps"])
-        decay = {id(p): float(g["weight_decay"]) for g in groups for p in g["params"]}
-        self.weight_decays = [decay[id(parameter)] for parameter in parameters]
+        self.weight_decays = group_values(optimizer, parameters, "weight_decay")
+        self.scales = group_scales(optimizer, parameters)
 
     def read(self, optimizer: torch.optim.Optimizer, parameters: Tensors) -> List[torch.Tensor]:
         return ([_slot(optimizer, parameter, "exp_avg") for parameter in parameters]
@@ -328,7 +376,7 @@ class AdamWRule:
         new_parameters, avgs, sqs = adamw_step(
             parameters, gradients, slots[:count], slots[count:],
             counter.to(parameters[0].dtype)[0] + 1.0, rate, self.betas, self.eps,
-            self.weight_decays)
+            self.weight_decays, self.scales)
         return new_parameters, avgs + sqs
 
     def write(self, optimizer: torch.optim.Optimizer, parameters: Tensors, slots: Tensors,
@@ -345,7 +393,24 @@ def update_rule(optimizer: torch.optim.Optimizer, parameters: Tensors) -> Any:
     other optimizer, so that the graph never trains with another rule than the lazy path's)."""
     if isinstance(optimizer, torch.optim.AdamW):
         return AdamWRule(optimizer, parameters)
-    return SgdRule(optimizer)
+    return SgdRule(optimizer, parameters)
+
+
+def group_values(optimizer: torch.optim.Optimizer, parameters: Tensors, key: str
+                 ) -> List[float]:
+    """Each parameter's ``key`` (``weight_decay``) from its group, read when the step is made:
+    a resumed run's groups are the checkpoint's, loaded before (``RunCheckpoints.resume``)."""
+    found = {id(p): float(g[key]) for g in optimizer.param_groups for p in g["params"]}
+    return [found[id(parameter)] for parameter in parameters]
+
+
+def group_scales(optimizer: torch.optim.Optimizer, parameters: Tensors
+                 ) -> Optional[List[float]]:
+    """Each parameter's rate as a multiple of the run's (its group's ``lr_scale``), or None
+    where all are 1 (no groups of the user's: the graph is as before groups)."""
+    found = {id(p): lr_scale(g) for g in optimizer.param_groups for p in g["params"]}
+    scales = [found[id(parameter)] for parameter in parameters]
+    return None if all(scale == 1.0 for scale in scales) else scales
 
 
 def _slot(optimizer: torch.optim.Optimizer, parameter: torch.Tensor, key: str) -> torch.Tensor:
@@ -364,14 +429,16 @@ def rebind(tensors: Tensors, values: Tensors) -> None:
         tensor.data = value
 
 
-def sgd_settings(optimizer: torch.optim.Optimizer) -> Tuple[float, float]:
-    """(momentum, weight decay) of an SGD optimizer whose update ``sgd_step`` computes;
-    ValueError for any other optimizer, so that the graph never trains with another rule than
-    the lazy path's."""
+def sgd_settings(optimizer: torch.optim.Optimizer) -> float:
+    """The momentum of an SGD optimizer whose update ``sgd_step`` computes (the same in every
+    group; each group's weight decay and rate scale are its own); ValueError for any other
+    optimizer, so that the graph never trains with another rule than the lazy path's."""
     groups = optimizer.param_groups
-    group = groups[0]
-    if not isinstance(optimizer, torch.optim.SGD) or len(groups) != 1 or \
-            group["nesterov"] or group["dampening"] or group["maximize"]:
-        raise ValueError("the one-graph step computes plain SGD with one parameter group "
-                         "(momentum and weight decay, no dampening, Nesterov or maximize)")
-    return float(group["momentum"]), float(group["weight_decay"])
+    if not isinstance(optimizer, torch.optim.SGD) or any(
+            group["nesterov"] or group["dampening"] or group["maximize"] for group in groups):
+        raise ValueError("the one-graph step computes plain SGD (momentum and weight decay, "
+                         "no dampening, Nesterov or maximize)")
+    if len({float(group["momentum"]) for group in groups}) != 1:
+        raise ValueError("the one-graph step computes plain SGD with one momentum in every "
+                         "parameter group")
+    return float(groups[0]["momentum"])

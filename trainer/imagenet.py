@@ -91,7 +91,8 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
                ) -> DataSource:
     """ImageNet's data for ``config`` (shards, a class-folder tree, or ``--fake_data``) in
     global batches over ``topology``'s devices, this host's part of each."""
-    batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
+    batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
+                                                   config.eval_batch_size or config.batch_size,
                                                    topology)
     if config.fake_data:
         return FakeSource((3, config.image_size, config.image_size), NUM_CLASSES, batch,

@@ -73,7 +73,8 @@ def build_data(config: TrainConfig, topology: devices.Topology = devices.ONE_DEV
                ) -> DataSource:
     """MNIST's data for ``config`` (the IDX files, or ``--fake_data``) in global batches over
     ``topology``'s devices, this host's part of each."""
-    batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
+    batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
+                                                   config.eval_batch_size or config.batch_size,
                                                    topology)
     if config.fake_data:
         return FakeSource((1, 28, 28), 10, batch, FAKE_TRAIN_EXAMPLES // batch,

@@ -14,10 +14,11 @@ so they carry no scheduler state.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from trainer import param_groups
 from trainer.config import TrainConfig
 from trainer.errors import TrainerError
 
@@ -51,7 +52,7 @@ class LearningRate:
         which replaces the groups' rates with the checkpoint's)."""
         value = self.value(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = value
+            group["lr"] = value * param_groups.lr_scale(group)
 
 
 def peak_rate(lr: float, global_batch: int, lr_batch: int) -> float:
@@ -64,17 +65,19 @@ def peak_rate(lr: float, global_batch: int, lr_batch: int) -> float:
 
 
 def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch: int,
-                    global_batch: int = 0) -> Tuple[torch.optim.Optimizer, LearningRate]:
-    """``--optimizer`` over ``model``'s parameters and the rate schedule of ``config`` for a
-    global batch of ``global_batch`` (0: ``config.batch_size``, one device)."""
+                    global_batch: int = 0, groups: Sequence[param_groups.Group] = ()
+                    ) -> Tuple[torch.optim.Optimizer, LearningRate]:
+    """``--optimizer`` over ``model``'s parameters that train (a frozen one gets no state and
+    no decay on any path) and the rate schedule of ``config`` for a global batch of
+    ``global_batch`` (0: ``config.batch_size``, one device); ``groups``: the user's
+    (``trainer.param_groups``), the rest in the trainer's own."""
     peak = peak_rate(config.lr, global_batch or config.batch_size, config.lr_batch)
     if config.optimizer == "adamw":
-        optimizer = adamw(model, peak, config.weight_decay)  # type: torch.optim.Optimizer
+        optimizer = adamw(model, peak, config.weight_decay, groups)  # type: torch.optim.Optimizer
     else:
-        # The parameters that train (a frozen one gets no state and no decay on any path).
-        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad],
-                                    lr=peak, momentum=config.momentum,
-                                    weight_decay=config.weight_decay)
+        optimizer = torch.optim.SGD(param_groups.optimizer_groups(
+            model, groups, [(lambda p: True, config.weight_decay)]), lr=peak,
+            momentum=config.momentum)
     total = config.train_steps(steps_per_epoch)
     rate = LearningRate(optimizer, peak, min(int(config.warmup_epochs * steps_per_epoch), total),
                         total)
@@ -85,15 +88,14 @@ def build_optimizer(config: TrainConfig, model: torch.nn.Module, steps_per_epoch
 ADAMW_BETAS = (0.9, 0.999)
 
 
-def adamw(model: torch.nn.Module, rate: float, weight_decay: float) -> torch.optim.AdamW:
+def adamw(model: torch.nn.Module, rate: float, weight_decay: float,
+          groups: Sequence[param_groups.Group] = ()) -> torch.optim.AdamW:
     """``torch.optim.AdamW`` as DeiT trains: ``weight_decay`` on weights of two or more
     dimensions, none on biases and normalization weights (one dimension), in that order of
-    groups (a group with no parameters left out)."""
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in parameters if p.dim() > 1], "weight_decay": weight_decay},
-              {"params": [p for p in parameters if p.dim() <= 1], "weight_decay": 0.0}]
-    return torch.optim.AdamW([group for group in groups if group["params"]], lr=rate,
-                             betas=ADAMW_BETAS, eps=1e-8)
+    groups (a group with no parameters left out); ``groups``' own settings first."""
+    return torch.optim.AdamW(param_groups.optimizer_groups(
+        model, groups, [(lambda p: p.dim() > 1, weight_decay), (lambda p: True, 0.0)]),
+        lr=rate, betas=ADAMW_BETAS, eps=1e-8)
 
 
 def optimizer_name(state: Dict[str, Any]) -> Optional[str]:

@@ -1,5 +1,6 @@
 """Your model and data on the trainers' run: ``trainer.train(model, train_set, eval_set=None,
-loss_fn=None, argv=None)``, called once per process as a script's main.
+loss_fn=None, argv=None, metrics=None, param_groups=None)``, called once per process as a
+script's main.
 
 The run is ``fit``'s, as ``python -m trainer.mnist`` runs it: SPMD over every local device,
 ``--step_mode``, ``--optimizer``, checkpoints and resume at the exact example, SIGTERM and
@@ -15,6 +16,10 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
   the order from ``--seed``, ``--num_workers`` data workers.
 - ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy, or for rows the loss
   the model returns (``outputs.loss``, ``batch_tree.output_loss``).
+- ``metrics``: {name: fn(outputs, targets)}, each a batch's mean, reported over the
+  evaluation set (``Steps``).
+- ``param_groups``: [{"params": ..., "lr_scale": ..., "weight_decay": ...}, ...], a rate
+  scale and a weight decay of their own for some parameters (``trainer.param_groups``).
 - ``argv``: the flags, without the program's name (default ``sys.argv[1:]``): the trainers'
   common flags but the image and data ones (``trainer.own_flags``); ``--help`` lists them.
   They are parsed and checked before torch_xla is imported: a typo costs no framework
@@ -52,6 +57,7 @@ import torch
 
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices
+from trainer import param_groups as trainer_param_groups
 from trainer.batch_tree import call_model, describe, logits_of, output_loss, to_device
 from trainer.cli import exit_process, run_parsed
 from trainer.config import TrainConfig
@@ -62,14 +68,15 @@ from trainer.outputs import OutputPaths
 
 
 def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
-          loss_fn: Optional[Callable] = None,
-          metrics: Optional[Dict[str, Callable]] = None) -> Dict[str, Any]:
+          loss_fn: Optional[Callable] = None, metrics: Optional[Dict[str, Callable]] = None,
+          param_groups: Any = None) -> Dict[str, Any]:
     """``trainer.train`` once its flags are parsed into ``config`` (``trainer.own_flags``):
     the run's summary, or the process ends with the trainers' exit code and one line."""
     summary: Dict[str, Any] = {}
 
     def run(config: TrainConfig, *, paths: OutputPaths) -> Dict[str, Any]:
-        summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn, metrics))
+        summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn, metrics,
+                               param_groups))
         return summary
 
     code = run_parsed(run, config)
@@ -80,14 +87,17 @@ def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
 
 def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
             eval_set: Any, loss_fn: Optional[Callable],
-            metrics: Optional[Dict[str, Callable]] = None) -> Dict[str, Any]:
+            metrics: Optional[Dict[str, Callable]] = None,
+            param_groups: Any = None) -> Dict[str, Any]:
     """Check the arguments, then ``fit`` them as ``config`` says; returns the summary."""
     check_model(model)
+    groups = trainer_param_groups.check(model, param_groups)
     check_loss(loss_fn)
     metrics = check_metrics(metrics)
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    batch, eval_batch, host = devices.batch_layout(config.batch_size, config.eval_batch_size,
+    batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
+                                                   config.eval_batch_size or config.batch_size,
                                                    topology)
     from trainer.data.workers import resolve_workers
 
@@ -98,7 +108,8 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
     if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
         first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR, metrics)
     spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn, topk=topk,
-                     binary=binary, eval_rows=source.real_rows, metrics=metrics)
+                     binary=binary, eval_rows=source.real_rows, metrics=metrics,
+                     param_groups=groups)
     return fit(config, spec, paths, topology)
 
 

@@ -131,12 +131,13 @@ class RunCheckpoints:
             return
         devices = self.topology.devices
         hint = ("--batch_size={} resumes it on {} device{} at the same step and data "
-                "position".format(saved // devices, devices, "" if devices == 1 else "s")
+                "position (--batch_size x --grad_accum_steps, where it accumulates)".format(
+                    saved // devices, devices, "" if devices == 1 else "s")
                 if saved % devices == 0 else "a global batch of {} cannot be split over {} "
                 "devices".format(saved, devices))
         raise TrainerError(
             "checkpoint {} was written with a global batch of {}; this run's is {} "
-            "(--batch_size={} per device x {} device{})".format(
+            "({} examples per device and step x {} device{})".format(
                 uri, saved, self.global_batch, self.batch_size, devices,
                 "" if devices == 1 else "s"),
             hint + "; or start over with a new --job_dir", EX_USAGE)

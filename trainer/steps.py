@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from trainer import xla
-from trainer.batch_tree import call_model, logits_of
+from trainer.batch_tree import call_model, logits_of, micro_batch
 from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 
@@ -57,18 +57,27 @@ class Steps:
 
     ``metrics`` (with ``eval_rows``): the user's {name: fn(outputs, targets)}, each batch's
     mean on its real rows, summed times those rows and reported over all examples, as the
-    loss is."""
+    loss is.
+
+    ``accumulate`` (``--grad_accum_steps``): each training batch is that many micro-batches
+    (``batch_tree.micro_batch``, each device's rows its own: ``groups`` devices), run forward
+    and backward one after the other inside the one step; their gradients are summed, each
+    micro-batch's loss divided by ``accumulate`` (the gradient of the whole batch's mean for a
+    loss that is a mean over equal micro-batches), then one update. Batch statistics
+    (BatchNorm) are per micro-batch, as timm and Lightning accumulate."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
                  path: str, precision: str = xla.FP32,
                  eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0,
                  binary: bool = False, clip_norm: float = 0.0,
-                 metrics: Optional[Dict[str, Callable]] = None) -> None:
+                 metrics: Optional[Dict[str, Callable]] = None, accumulate: int = 1,
+                 groups: int = 1) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary
         self.clip_norm = clip_norm  # --clip_grad_norm (0: none)
+        self.accumulate, self.groups = accumulate, groups  # --grad_accum_steps, devices
         self._trained = [p for group in (optimizer.param_groups if optimizer else ())
                          for p in group["params"]]
         # What each hit count is reported as (``results``), in the order of the counts.
@@ -83,7 +92,7 @@ class Steps:
         self.autocast = xla.mixed_precision(precision)
         if path == xla.COMPILED:
             self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at,
-                                            self.autocast, clip_norm)
+                                            self.autocast, clip_norm, accumulate, groups)
             self._count_batch = OneGraphEvalStep(model, self._count, self.autocast)
         else:
             self._train = self._lazy_train_step
@@ -143,9 +152,20 @@ class Steps:
                          loss_total: torch.Tensor) -> torch.Tensor:
         self.learning_rate.set(step)
         self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.loss_fn(call_model(self.model, x), y)
-        loss.backward()
+        if self.accumulate == 1:
+            with self.autocast():
+                loss = self.loss_fn(call_model(self.model, x), y)
+            loss.backward()
+        else:  # the micro-batches' gradients summed into .grad, as eager accumulation does
+            losses = []
+            for part in range(self.accumulate):
+                with self.autocast():
+                    loss = self.loss_fn(call_model(self.model, micro_batch(
+                        x, part, self.accumulate, self.groups)), micro_batch(
+                        y, part, self.accumulate, self.groups))
+                (loss / self.accumulate).backward()
+                losses.append(loss.detach())
+            loss = torch.stack(losses).mean()
         if self.clip_norm:  # over what the optimizer trains (never a frozen parameter)
             torch.nn.utils.clip_grad_norm_(self._trained, self.clip_norm)
         self.optimizer.step()

@@ -74,3 +74,17 @@ def test_cutting_a_model_output_to_its_real_rows_keeps_its_type_and_attributes()
     Pair = collections.namedtuple("Pair", "scores aux")
     pair = cut_rows(Pair(torch.zeros(8, 2), torch.zeros(3)), 8, 5)
     assert type(pair) is Pair and pair.scores.shape == (5, 2) and pair.aux.shape == (3,)
+
+
+def test_a_micro_batch_takes_the_same_slice_of_each_devices_rows():
+    """--grad_accum_steps on 2 devices: rows 0-5 are device 0's, 6-11 device 1's; micro-batch
+    1 of 3 is rows 2-3 of each, so no row crosses devices, and every row is in one."""
+    x = {"ids": torch.arange(12).reshape(12, 1), "mask": torch.arange(12) * 10}
+    parts = [batch_tree.micro_batch(x, part, 3, groups=2) for part in range(3)]
+    assert parts[1]["ids"].flatten().tolist() == [2, 3, 8, 9]
+    assert parts[1]["mask"].tolist() == [20, 30, 80, 90]
+    assert sorted(torch.cat([part["ids"] for part in parts]).flatten().tolist()) == list(
+        range(12))
+    assert torch.equal(batch_tree.micro_batch(torch.arange(6), 0, 1), torch.arange(6))
+    with pytest.raises(RuntimeError, match="10 rows cannot be cut into 3 micro-batches"):
+        batch_tree.micro_batch(torch.zeros(10), 0, 3)

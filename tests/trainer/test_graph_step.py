@@ -110,10 +110,10 @@ def test_sgd_variants_it_does_not_compute_are_refused(options):
         sgd_settings(torch.optim.SGD([parameter], lr=0.1, **options))
     with pytest.raises(ValueError, match="plain SGD"):
         sgd_settings(torch.optim.Adam([parameter]))
-    with pytest.raises(ValueError, match="one parameter group"):
+    with pytest.raises(ValueError, match="one momentum in every parameter group"):
         sgd_settings(torch.optim.SGD([{"params": [parameter]},
-                                      {"params": [torch.nn.Parameter(torch.zeros(1))]}],
-                                     lr=0.1))
+                                      {"params": [torch.nn.Parameter(torch.zeros(1))],
+                                       "momentum": 0.5}], lr=0.1, momentum=0.9))
 
 
 def batches(count, seed=1, size=16, dtype=torch.float32):

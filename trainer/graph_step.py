@@ -110,6 +110,9 @@ class OneGraphTrainStep:
     an output, gets no gradient, no optimizer state and no weight decay. Which parameters are
     frozen is read when the step is made (``Steps``, once per run).
 
+    With ``clip_norm``, ``grad_norm`` holds the step's global gradient norm before clipping
+    (a device scalar, float32), as ``clip_grad_norm_`` returns it.
+
     The rate is ``rate_at(number)`` (``optim.LearningRate.rate_at``), computed inside the graph
     from a step counter that the graph also advances, so consecutive steps upload nothing but
     their batch; the counter is uploaded only when ``number`` is not the one after the last
@@ -141,6 +144,8 @@ class OneGraphTrainStep:
         self._counter: Optional[torch.Tensor] = None  # on the device: the next step's number
         self._next_number: Optional[int] = None
         self._structure: Any = None  # the input's, while a step is traced
+        # With clipping: the last step's gradient norm before it, on the device.
+        self.grad_norm: Optional[torch.Tensor] = None
 
     def __call__(self, number: int, x: Any, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
@@ -151,8 +156,9 @@ class OneGraphTrainStep:
         leaves, self._structure = flatten(x)
         outputs = self._graph(state, tuple(leaves) + (y, self._counter, loss_total),
                               self._structure)
-        new_parameters, new_buffers, new_slots, (loss_total, self._counter) = _split(
+        new_parameters, new_buffers, new_slots, (loss_total, self._counter, *norm) = _split(
             outputs, self._sizes[0], self._sizes[2], self._sizes[3])
+        self.grad_norm = norm[0] if norm else None
         self._next_number = number + 1
         rebind(self.trained, new_parameters)
         rebind(self.tensors.buffers, new_buffers)
@@ -180,13 +186,15 @@ class OneGraphTrainStep:
         else:
             loss, gradients = self._accumulated(ordered, buffers, x, y, leaves)
         with torch.no_grad():
+            norm: Tuple[torch.Tensor, ...] = ()
             if self.clip_norm:
-                gradients = clipped(gradients, self.clip_norm)
+                gradients, found = clipped(gradients, self.clip_norm)
+                norm = (found.float(),)
             rate = self.rate_at(counter.to(torch.float32))[0]
             new_parameters, new_slots = self.rule.update(parameters, gradients, slots, rate,
                                                          counter)
         return tuple(new_parameters) + tuple(buffers) + tuple(new_slots) + (
-            loss_total + loss.detach(), counter + 1)
+            loss_total + loss.detach(), counter + 1) + norm
 
 
     def _accumulated(self, ordered: Tensors, buffers: Tensors, x: Any, y: torch.Tensor,
@@ -235,14 +243,15 @@ class OneGraphEvalStep:
             return tuple(self.count(scores, y, totals))
 
 
-def clipped(gradients: Tensors, max_norm: float) -> List[torch.Tensor]:
-    """``gradients`` scaled as ``torch.nn.utils.clip_grad_norm_(..., max_norm)`` scales them:
-    by ``max_norm / (norm + 1e-6)`` where that is below 1, ``norm`` being the L2 norm of all
-    of them together (under SPMD each gradient is the whole tensor: the norm is global)."""
+def clipped(gradients: Tensors, max_norm: float) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """(``gradients`` scaled as ``torch.nn.utils.clip_grad_norm_(..., max_norm)`` scales them:
+    by ``max_norm / (norm + 1e-6)`` where that is below 1, the norm before: what
+    ``clip_grad_norm_`` returns), ``norm`` being the L2 norm of all of them together (under
+    SPMD each gradient is the whole tensor: the norm is global)."""
     norm = torch.linalg.vector_norm(
         torch.stack([torch.linalg.vector_norm(g) for g in gradients]))
     scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    return [gradient * scale.to(gradient.dtype) for gradient in gradients]
+    return [gradient * scale.to(gradient.dtype) for gradient in gradients], norm
 
 
 def _split(tensors: Tensors, *sizes: int) -> List[Tensors]:

@@ -102,13 +102,14 @@ class LoopState:
 
 @dataclass
 class EpochHooks:
-    """What ``train_epoch`` calls besides the step: ``on_log(step, loss_total)`` as a step
-    closure every ``log_steps`` steps (0: never); ``decide()`` after each step is dispatched
-    (what every process agreed: stop on SIGTERM, checkpoint by the clock); unless that is to
+    """What ``train_epoch`` calls besides the step: ``on_log(step, loss_total[, grad_norm])``
+    as a step closure every ``log_steps`` steps (0: never; ``grad_norm`` with clipping);
+    ``decide()`` after each step is dispatched (what every process agreed: stop on SIGTERM,
+    checkpoint by the clock); unless that is to
     stop, ``on_step(state, checkpoint_agreed)`` on the host (the checkpoint cadence)."""
 
     log_steps: int = 0
-    on_log: Optional[Callable[[int, torch.Tensor], None]] = None
+    on_log: Optional[Callable[..., None]] = None
     on_step: Optional[Callable[[LoopState, bool], None]] = None
     decide: Callable[[], Agreed] = lambda: NEITHER
     # The context the loop waits for each batch in: one where a stop signal raises
@@ -156,7 +157,10 @@ def train_epoch(steps: Steps, batches: Iterable, state: LoopState,
         state.clock.tick()
         if hooks.on_log is not None and hooks.log_steps and (
                 state.global_step % hooks.log_steps == 0):
-            xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total))
+            # With --clip_grad_norm the step's gradient norm goes with its loss.
+            norm = steps.grad_norm
+            xla.add_step_closure(hooks.on_log, (state.global_step, state.loss_total) + (
+                (norm,) if norm is not None else ()))
             # Run the step, and the closure after it, now: where the loader's sync would cut
             # the same graph anyway (lazy path), or would never come (compiled path).
             xla.sync()

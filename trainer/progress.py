@@ -132,7 +132,11 @@ class ProgressLog:
         self.last_graphs = compiled()
         self.advised = False
 
-    def __call__(self, step: int, loss_total: torch.Tensor) -> None:
+    def __call__(self, step: int, loss_total: torch.Tensor,
+                 grad_norm: Optional[torch.Tensor] = None) -> None:
+        """The log line and ``train`` record of the steps up to ``step``: their mean loss from
+        the running ``loss_total``; with ``grad_norm`` (``--clip_grad_norm``) the step's global
+        gradient norm before clipping."""
         total = float(loss_total.item())  # in a step closure: the step has run already
         check_loss(self.state, total, step)
         clock, now = self.state.clock, time.perf_counter()
@@ -146,8 +150,10 @@ class ProgressLog:
         eta = (self.total_steps - step) * self.batch_size / rate if rate > 0 else 0.0
         loss = (total - self.last_total) / steps
         graphs = self.compiled()
-        log.info("step %d/%d  loss %.4f  %.1f ms/step  input wait %.0f%%  %.1f examples/s "
+        norm = None if grad_norm is None else float(grad_norm.item())
+        log.info("step %d/%d  loss %.4f%s  %.1f ms/step  input wait %.0f%%  %.1f examples/s "
                  "(%.1f per device)  %d graphs  ETA %s", step, self.total_steps, loss,
+                 "" if norm is None else "  grad norm {:.4g}".format(norm),
                  1000 * seconds / steps, 100 * share, rate, rate / self.devices, graphs,
                  _duration(eta))
         figures = {"loss": loss, "examples_per_second": rate,
@@ -156,6 +162,8 @@ class ProgressLog:
                    "graphs_compiled": graphs}
         if self.rate_at is not None:  # the rate the window's last step updated with
             figures["learning_rate"] = self.rate_at(step - 1)
+        if norm is not None:  # the window's last step's, before clipping
+            figures["grad_norm"] = norm
         self.record("train", figures, step)
         if clock.longest_wait >= STALL_SECONDS:
             log.info("%s", stall_advice(clock.longest_wait, steps))

@@ -78,6 +78,7 @@ class Steps:
         self.binary = binary
         self.clip_norm = clip_norm  # --clip_grad_norm (0: none)
         self.accumulate, self.groups = accumulate, groups  # --grad_accum_steps, devices
+        self._lazy_norm: Optional[torch.Tensor] = None  # the lazy path's ``grad_norm``
         self._trained = [p for group in (optimizer.param_groups if optimizer else ())
                          for p in group["params"]]
         # What each hit count is reported as (``results``), in the order of the counts.
@@ -107,6 +108,16 @@ class Steps:
         resumed run would draw other masks than an uninterrupted one."""
         xla.set_rng_state(self._seeds + step, self.device)
         return self._train(step, x, y, loss_total)
+
+    @property
+    def grad_norm(self) -> Optional[torch.Tensor]:
+        """With ``--clip_grad_norm``: the last step's global gradient norm before clipping, a
+        device scalar (read it in a step closure); None without clipping."""
+        if not self.clip_norm:
+            return None
+        if self.path == xla.COMPILED:
+            return self._train.grad_norm
+        return self._lazy_norm
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
         """Add the batch's top-k hits and its real (not padding) examples to ``counts``."""
@@ -167,7 +178,8 @@ class Steps:
                 losses.append(loss.detach())
             loss = torch.stack(losses).mean()
         if self.clip_norm:  # over what the optimizer trains (never a frozen parameter)
-            torch.nn.utils.clip_grad_norm_(self._trained, self.clip_norm)
+            self._lazy_norm = torch.nn.utils.clip_grad_norm_(self._trained,
+                                                             self.clip_norm).detach()
         self.optimizer.step()
         return loss_total + loss.detach()
 

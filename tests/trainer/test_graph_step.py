@@ -90,11 +90,13 @@ def test_clipping_is_torch_clip_grad_norm_in_float64(max_norm):
     theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in gradients]
     for parameter, gradient in zip(theirs, gradients):
         parameter.grad = gradient.clone()
-    torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    returned = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
     # The two sum the same 17 squares in other orders (torch's foreach norm, ours per tensor
     # then stacked): at most 17 roundings of 2^-53 apart in the norm, so in the scale, under
     # 2e-15 relative on any CPU; 1e-13 leaves room.
-    for mine, reference in zip(clipped(gradients, max_norm), theirs):
+    mine_clipped, before = clipped(gradients, max_norm)
+    assert float(before) == pytest.approx(float(returned), rel=1e-13)  # the norm logged
+    for mine, reference in zip(mine_clipped, theirs):
         assert torch.allclose(mine, reference.grad, rtol=1e-13, atol=0)
     norm = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in gradients])))
     total = float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in theirs])))

@@ -200,7 +200,8 @@ def test_what_evaluation_reports_is_what_the_outputs_and_targets_mean(
     assert accuracy_kind(outputs, targets, loss) == expected
 
 
-def test_clip_grad_norm_trains_the_same_weights_on_both_step_paths(tmp_path):
+def test_clip_grad_norm_trains_the_same_weights_on_both_step_paths_and_logs_the_norm(
+        tmp_path):
     """--clip_grad_norm: the compiled step's clipping is the lazy step's ``clip_grad_norm_``,
     within 1e-5 of the weights' movement (float64; the one difference by design is the
     compiled graph's float32 rate, relative error below 2.4e-7: tests/trainer/agreement.py),
@@ -212,9 +213,15 @@ def test_clip_grad_norm_trains_the_same_weights_on_both_step_paths(tmp_path):
     def trained(step_mode, clip):
         torch.manual_seed(0)
         model = torch.nn.Linear(FEATURES, CLASSES).double()
-        train(model, tmp_path / "{}-{}".format(step_mode, clip), None, data, data,
-              step_mode=step_mode, clip_grad_norm=clip, num_epochs=1, lr=1.0)
+        job = tmp_path / "{}-{}".format(step_mode, clip)
+        train(model, job, None, data, data, step_mode=step_mode, clip_grad_norm=clip,
+              num_epochs=1, lr=1.0, log_steps=1)
+        norms[step_mode, clip] = [record.get("grad_norm") for record in map(
+            json.loads, (job / "metrics.jsonl").read_text().splitlines())
+            if record["kind"] == "train"]
         return torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
+
+    norms = {}
 
     torch.manual_seed(0)
     start = torch.cat([p.detach().flatten()
@@ -225,6 +232,13 @@ def test_clip_grad_norm_trains_the_same_weights_on_both_step_paths(tmp_path):
     apart = float((lazy - compiled).abs().max())
     assert apart <= 1e-5 * moved
     assert float((lazy - unclipped).abs().max()) > 100 * 1e-5 * moved
+    # Each logged step's norm before clipping (clip_grad_norm_'s return), the same on both
+    # paths up to the compiled graph's float32 (relative 6e-8 for the norm itself, 1e-5 for
+    # the weights it came from, as above); none without clipping.
+    assert len(norms["lazy", 0.05]) == 6 and min(norms["lazy", 0.05]) > 0.05
+    for lazy_norm, compiled_norm in zip(norms["lazy", 0.05], norms["compiled", 0.05]):
+        assert compiled_norm == pytest.approx(lazy_norm, rel=1e-5)
+    assert norms["lazy", 0.0] == [None] * 6
 
 
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])

@@ -2,13 +2,14 @@
 last (Lightning's ``ModelCheckpoint(monitor=...)``, Hugging Face's
 ``load_best_model_at_end``).
 
-After each evaluation that reports ``NAME`` (``top1``, ``top5``, ``accuracy``, ``loss``, or a
-metric of ``trainer.train(metrics=...)``) better than every one before, in this run and the
-runs it resumed: the weights are written to ``model-best.pt`` in the job dir (as ``model.pt``
-is, through a temporary file and a rename) and ``best.json`` says which evaluation it was
-(``{"metric", "mode", "value", "epoch", "step"}``). ``max`` is the default but for ``loss``
-(``min``). A tie keeps the earlier. A name the evaluation does not report is a usage error
-before training (exit 64).
+After each evaluation that reports ``NAME`` (``top1``, ``top5``, ``accuracy``,
+``token_accuracy``, ``loss``, ``perplexity``, or a metric of ``trainer.train(metrics=...)``)
+better than every one before, in this run and the runs it resumed: the weights are written to
+``model-best.pt`` in the job dir (as ``model.pt`` is, through a temporary file and a rename)
+and ``best.json`` says which evaluation it was (``{"metric", "mode", "value", "epoch",
+"step"}``). ``max`` is the default but for ``loss`` and ``perplexity`` (``min``). A tie keeps
+the earlier. A name the evaluation does not report is a usage error before training (exit
+64).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ log = logging.getLogger("trainer")
 BEST_MODEL = "model-best.pt"
 BEST_RECORD = "best.json"
 MODES = ("max", "min")
+LOWER_IS_BETTER = ("loss", "perplexity")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ def parse_best(text: str) -> Optional[BestSpec]:
     if not text:
         return None
     name, _, mode = text.partition(":")
-    mode = mode or ("min" if name == "loss" else "max")
+    mode = mode or ("min" if name in LOWER_IS_BETTER else "max")
     if not name.isidentifier() or mode not in MODES:
         raise TrainerError("--keep_best={!r} is not NAME or NAME:max or NAME:min".format(text),
                            "e.g. --keep_best=top1, --keep_best=loss (lowest), or "

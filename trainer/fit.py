@@ -38,7 +38,7 @@ from trainer.outputs import STOP, OutputPaths, RunOutputs
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
-from trainer.steps import BINARY_ACCURACY, Steps, headline_accuracy
+from trainer.steps import BINARY_ACCURACY, PERPLEXITY, TOKEN_ACCURACY, Steps, headline_accuracy
 from trainer.summary import GraphCounts, PhaseTimes, summarize
 
 log = logging.getLogger("trainer")
@@ -55,6 +55,11 @@ class TrainSpec:
     topk: Sequence[int] = (1,)
     # One logit per example against targets 0 and 1: binary accuracy, not top-k (``Steps``).
     binary: bool = False
+    # Scores per token against token labels: token accuracy, the scores on this dimension of
+    # the outputs (``Steps``); perplexity: exp of the evaluation loss, a cross-entropy
+    # (``own_loop.token_kind``).
+    token_scores: Optional[int] = None
+    perplexity: bool = False
     # How many rows of each evaluation batch are examples (``steps.Steps``: evaluation then
     # also reports the loss); None: padding is labelled ``batches.IGNORE_LABEL``.
     eval_rows: Optional[Callable[[int], int]] = None
@@ -96,7 +101,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
                       config.precision, spec.eval_rows, config.seed, spec.binary,
                       config.clip_grad_norm, spec.metrics, config.grad_accum_steps,
-                      topology.devices)
+                      topology.devices, spec.token_scores, spec.perplexity)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.step_batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)
@@ -370,7 +375,8 @@ def best_model(config: TrainConfig, outputs: RunOutputs, steps: Steps
     spec = parse_best(config.keep_best)
     if spec is None:
         return None
-    reported = list(steps.metric_names) + (["loss"] if steps.eval_rows is not None else [])
+    reported = (list(steps.metric_names) + (["loss"] if steps.eval_rows is not None else [])
+                + ([PERPLEXITY] if steps.perplexity else []))
     return BestModel(spec, outputs.model_dir, reported + list(steps.metrics))
 
 
@@ -419,7 +425,7 @@ def _preempted(message: str, hint: str) -> Preempted:
 
 
 # What the evaluation reports as a share of its examples (``steps.Steps.results``).
-SHARES = ("top1", "top5", BINARY_ACCURACY)
+SHARES = ("top1", "top5", BINARY_ACCURACY, TOKEN_ACCURACY)
 
 
 def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs,

@@ -42,7 +42,8 @@ off before the loss, whatever the targets' shape or dtype. Where the outputs are
 scores (``N x C``, ``C >= 2``) and the targets class numbers (integers of shape ``N``), it
 reports ``top1`` too (and ``top5`` above 5 classes); where they are one logit per example
 against targets 0 and 1, ``accuracy`` (the logit's sign against the target:
-``accuracy_kind``). ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
+``accuracy_kind``); where they are scores per token against labels ``N x T``,
+``token_accuracy`` and, for a cross-entropy, ``perplexity`` (``token_kind``). ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
 
 A resumed run ends on the weights an uninterrupted run reaches, dropout included: each
 training step's device draws are seeded from ``--seed`` and the step's number
@@ -51,7 +52,7 @@ training step's device draws are seeded from ``--seed`` and the step's number
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -104,11 +105,13 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
     source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
                            resolve_workers(config.num_workers), topology.devices)
     loss_fn = check_loss(loss_fn, source.train_shape.rows)
-    topk, binary = first_step_check(model, loss_fn, source.sample, metrics=metrics)
+    reports = first_step_check(model, loss_fn, source.sample, metrics=metrics)
     if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
         first_step_check(model, loss_fn, source.eval_sample, "eval_set", EX_DATAERR, metrics)
-    spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn, topk=topk,
-                     binary=binary, eval_rows=source.real_rows, metrics=metrics,
+    spec = TrainSpec("own-" + type(model).__name__, model, source, loss_fn,
+                     topk=reports.topk, binary=reports.binary,
+                     token_scores=reports.token_scores,
+                     perplexity=reports.perplexity, eval_rows=source.real_rows, metrics=metrics,
                      param_groups=groups)
     return fit(config, spec, paths, topology)
 
@@ -138,8 +141,8 @@ def check_loss(loss_fn: Optional[Callable], rows: bool = False) -> Callable:
 
 
 # What evaluation reports already: a metric of the user's may not take one of these names.
-RESERVED_METRICS = ("loss", "top1", "top5", "accuracy", "epoch", "train_damaged_images",
-                    "eval_damaged_images")
+RESERVED_METRICS = ("loss", "top1", "top5", "accuracy", "token_accuracy", "perplexity", "epoch",
+                    "train_damaged_images", "eval_damaged_images")
 
 
 def check_metrics(metrics: Any) -> Dict[str, Callable]:
@@ -165,12 +168,12 @@ def check_metrics(metrics: Any) -> Dict[str, Callable]:
 
 def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
                      name: str = "train_set", exit_code: int = EX_USAGE,
-                     metrics: Optional[Dict[str, Callable]] = None) -> Tuple[List[int], bool]:
+                     metrics: Optional[Dict[str, Callable]] = None) -> "Reports":
     """Run ``model`` and ``loss_fn`` once on ``sample`` (the first items of set ``name``)
     where the model is, in evaluation mode (no dropout draws, no batch-norm statistics
     change), so that a model that does not take the inputs, or a loss that is not a scalar,
     stops the run with one line (``exit_code``) before anything compiles. Returns what
-    evaluation reports (``accuracy_kind``)."""
+    evaluation reports (``accuracy_kind``, ``token_kind``)."""
     x, y = sample
     fix = ("" if name == "train_set" else
            "; {}'s items must be what train_set's are: inputs and targets of the same shapes "
@@ -211,7 +214,7 @@ def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
                 _scalar(value, "metrics[{!r}]".format(metric), name, "a mean", fix, exit_code)
     finally:
         model.train(was_training)
-    return accuracy_kind(outputs, y, loss_fn)
+    return Reports(*accuracy_kind(outputs, y, loss_fn), *token_kind(outputs, y, loss_fn))
 
 
 def _scalar(value: Any, what: str, name: str, example: str, fix: str, exit_code: int) -> None:
@@ -248,6 +251,49 @@ def accuracy_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[Lis
     bce = isinstance(loss_fn, torch.nn.BCEWithLogitsLoss) or \
         loss_fn is torch.nn.functional.binary_cross_entropy_with_logits
     return [], bool(one_logit and zero_one and (integers or bce))
+
+
+class Reports(NamedTuple):
+    """What evaluation reports besides the loss (``steps.Steps``)."""
+
+    topk: List[int]
+    binary: bool
+    token_scores: Optional[int]  # token_accuracy: the outputs' dimension of scores
+    perplexity: bool
+
+
+def token_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[Optional[int], bool]:
+    """(the dimension of the scores for ``token_accuracy``, or None; whether to report
+    ``perplexity``) for a model's ``outputs`` on targets ``y``, where the outputs are scores
+    per token against token numbers ``N x T`` (a language model's logits and labels):
+    ``N x C x T`` as torch's cross-entropy takes them (dimension 1), or ``N x T x C`` (2, a
+    language model's own layout, which a loss flattens), ``C >= 2``:
+
+    - ``token_accuracy``, the share of the tokens whose label is not negative (-100 is the
+      index torch's cross-entropy ignores) whose highest score is their label, where
+      ``loss_fn`` is the user's or torch's: the targets are then aligned with the outputs as
+      the loss takes them. Not for a model's own loss (Hugging Face rows): a causal language
+      model's labels are its inputs, shifted inside the model, so position t's scores
+      predict label t + 1 there, and a masked one's do not;
+    - ``perplexity``, ``exp`` of the evaluation loss, where that loss is a cross-entropy:
+      torch's (``CrossEntropyLoss`` without label smoothing, ``cross_entropy``) or a model's
+      own (Hugging Face's language models compute one)."""
+    scores = logits_of(outputs)
+    if not (isinstance(scores, torch.Tensor) and scores.dtype.is_floating_point
+            and scores.dim() == 3 and y.dim() == 2 and not y.dtype.is_floating_point
+            and y.dtype != torch.bool):
+        return None, False
+    torch_ce = (loss_fn is torch.nn.functional.cross_entropy
+                or (isinstance(loss_fn, torch.nn.CrossEntropyLoss)
+                    and not loss_fn.label_smoothing))
+    # Where both layouts fit (T == C), the one the loss takes.
+    layouts = [1, 2] if torch_ce else [2, 1]
+    shape = tuple(scores.shape)
+    fitting = [dim for dim in layouts if shape[dim] >= 2 and tuple(
+        size for at, size in enumerate(shape) if at != dim) == tuple(y.shape)]
+    if not fitting:
+        return None, False
+    return (None if loss_fn is output_loss else fitting[0]), torch_ce or loss_fn is output_loss
 
 
 def _first_line(error: BaseException) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -28,14 +29,21 @@ Counts = Tuple[List[torch.Tensor], torch.Tensor]
 _SEED_STRIDE = 2 ** 31
 
 
-# ``Steps.results``' name for a binary classifier's accuracy (``binary``).
+# ``Steps.results``' name for a binary classifier's accuracy (``binary``), a language model's
+# share of tokens predicted (``tokens``) and the exp of its loss (``perplexity``).
 BINARY_ACCURACY = "accuracy"
+TOKEN_ACCURACY = "token_accuracy"
+PERPLEXITY = "perplexity"
 
 
 def headline_accuracy(results: Dict[str, float]) -> Optional[float]:
-    """The run's accuracy in ``Steps.results``: top-1 of class scores, or a binary
-    classifier's accuracy; None where the outputs are neither (only a loss)."""
-    return results.get("top1", results.get(BINARY_ACCURACY))
+    """The run's accuracy in ``Steps.results``: top-1 of class scores, a binary classifier's
+    accuracy or the share of tokens predicted; None where the outputs are none of them (only
+    a loss)."""
+    for name in ("top1", BINARY_ACCURACY, TOKEN_ACCURACY):
+        if name in results:
+            return results[name]
+    return None
 
 
 class Steps:
@@ -55,6 +63,12 @@ class Steps:
     counts ``accuracy``, the share of examples whose logit is on their target's side of 0,
     instead of top-k (empty then).
 
+    ``token_scores``: the outputs are scores per token against labels ``N x T``, on that
+    dimension (1: ``N x C x T``, 2: ``N x T x C``), and evaluation counts ``token_accuracy``,
+    over the tokens whose label is not negative (-100, what torch's cross-entropy ignores),
+    instead of top-k. ``perplexity`` (with ``eval_rows``):
+    ``results`` adds the exp of the loss (a cross-entropy: ``own_loop.token_kind``).
+
     ``metrics`` (with ``eval_rows``): the user's {name: fn(outputs, targets)}, each batch's
     mean on its real rows, summed times those rows and reported over all examples, as the
     loss is.
@@ -72,7 +86,8 @@ class Steps:
                  eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0,
                  binary: bool = False, clip_norm: float = 0.0,
                  metrics: Optional[Dict[str, Callable]] = None, accumulate: int = 1,
-                 groups: int = 1) -> None:
+                 groups: int = 1, token_scores: Optional[int] = None,
+                 perplexity: bool = False) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary
@@ -82,7 +97,13 @@ class Steps:
         self._trained = [p for group in (optimizer.param_groups if optimizer else ())
                          for p in group["params"]]
         # What each hit count is reported as (``results``), in the order of the counts.
-        self.metric_names = [BINARY_ACCURACY] if binary else ["top{}".format(k) for k in topk]
+        self.token_scores = None if binary else token_scores
+        self.tokens = self.token_scores is not None
+        self.metric_names = ([BINARY_ACCURACY] if binary else [TOKEN_ACCURACY] if self.tokens
+                             else ["top{}".format(k) for k in topk])
+        # The hit counts, and in token mode the tokens counted (the share's denominator).
+        self._counters = len(self.metric_names) + int(self.tokens)
+        self.perplexity = perplexity and eval_rows is not None
         self.eval_rows = eval_rows
         self.metrics = dict(metrics or {}) if eval_rows is not None else {}
         self._seeds = seed * _SEED_STRIDE  # training step n's device draws: from this + n
@@ -150,11 +171,16 @@ class Steps:
         if not count:
             log.warning("evaluation counted no example: no top-1 and no loss to report")
             return {}
-        hits = len(self.metric_names)
-        results = {name: total / count
-                   for total, name in zip(fetched[1:1 + hits], self.metric_names)}
+        hits = self._counters
+        if self.tokens:  # hits over the tokens counted, not the examples
+            results = {TOKEN_ACCURACY: fetched[1] / max(1.0, fetched[2])}
+        else:
+            results = {name: total / count
+                       for total, name in zip(fetched[1:1 + hits], self.metric_names)}
         if self.eval_rows is not None:
             results["loss"] = fetched[1 + hits] / count
+            if self.perplexity:  # exp of a cross-entropy in nats (inf past float's range)
+                results[PERPLEXITY] = math.exp(min(results["loss"], 709.0))
             results.update((name, total / count) for name, total in
                            zip(self.metrics, fetched[2 + hits:]))
         return results
@@ -204,6 +230,10 @@ class Steps:
             # Padding labels (-1) never match.
             hits = (logits > 0).eq(targets > 0.5) & (targets >= 0)
             correct = [totals[0] + hits.sum()]
+        elif self.tokens:
+            counted = y >= 0  # -100 (and padding rows' labels) never count
+            hits = scores.argmax(dim=self.token_scores).eq(y) & counted
+            correct = [totals[0] + hits.sum(), totals[1] + counted.sum()]
         elif self.topk:
             # With fewer than k classes, top-k counts every prediction as a hit.
             predictions = scores.topk(min(max(self.topk), scores.shape[1]), dim=1).indices
@@ -223,7 +253,7 @@ class Steps:
         """Evaluation counts at zero, as device data (``xla.device_number``): the top-k
         hits [and the loss sum], then the examples seen."""
         self._eval_batch = 0
-        sums = [xla.device_number(0, self.device, torch.int64) for _ in self.metric_names]
+        sums = [xla.device_number(0, self.device, torch.int64) for _ in range(self._counters)]
         if self.eval_rows is not None:  # the loss's sum, then each metric's
             sums.extend(xla.device_number(0, self.device, torch.float32)
                         for _ in range(1 + len(self.metrics)))

@@ -7,6 +7,7 @@ accuracy from its one logit)."""
 
 import collections
 import json
+import math
 import re
 
 import pytest
@@ -484,6 +485,125 @@ def regression(count, seed):
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(count, FEATURES, generator=generator)
     return torch.utils.data.TensorDataset(x, x[:, :1] * 2 - x[:, 1:2])
+
+
+VOCABULARY, LENGTH = 6, 5
+
+
+class Tokens(torch.utils.data.Dataset):
+    """Next-token pairs: ids, and each id's successor mod the vocabulary as its label, the
+    last position -100 (no label: what torch's cross-entropy ignores)."""
+
+    def __init__(self, count, seed):
+        self.ids = torch.randint(0, VOCABULARY, (count, LENGTH),
+                                 generator=torch.Generator().manual_seed(seed))
+        self.labels = (self.ids + 1) % VOCABULARY
+        self.labels[:, -1] = -100
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, index):
+        return self.ids[index], self.labels[index]
+
+
+class TinyLanguageModel(torch.nn.Module):
+    """Scores per token, ``N x T x C`` as language models return them, or ``N x C x T`` as
+    torch's cross-entropy takes them."""
+
+    def __init__(self, torch_layout=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(VOCABULARY, 16)
+        self.head = torch.nn.Linear(16, VOCABULARY)
+        self.torch_layout = torch_layout
+
+    def forward(self, ids):
+        scores = self.head(torch.tanh(self.embed(ids)))
+        return scores.transpose(1, 2) if self.torch_layout else scores
+
+
+def flattened_cross_entropy(outputs, labels):
+    return torch.nn.functional.cross_entropy(outputs.flatten(0, 1), labels.flatten())
+
+
+@pytest.mark.parametrize("torch_layout", [False, True])
+def test_a_language_model_reports_token_accuracy_over_labelled_tokens_and_its_perplexity(
+        tmp_path, torch_layout):
+    """Scores per token against labels N x T: token_accuracy is the share of the labelled
+    tokens (not -100, not the padding of the last evaluation batch: 13 rows in batches of 8)
+    predicted, counted exactly; with torch's cross-entropy the perplexity, exp of the loss,
+    too (a loss of the user's may be anything: no perplexity). No top-1 of a wrong shape."""
+    model = TinyLanguageModel(torch_layout)
+    evaluation = Tokens(13, seed=1)
+    loss_fn = torch.nn.CrossEntropyLoss() if torch_layout else flattened_cross_entropy
+    summary = train(model, tmp_path / "job", loss_fn, Tokens(64, seed=0), evaluation, lr=2.0,
+                    num_epochs=3)
+    with torch.no_grad():
+        scores = model.cpu().eval()(evaluation.ids)
+    predicted = scores.argmax(1 if torch_layout else 2)
+    labelled = evaluation.labels >= 0
+    share = float(((predicted == evaluation.labels) & labelled).sum()) / float(labelled.sum())
+    records = [json.loads(line) for line in (tmp_path / "job" / "metrics.jsonl").read_text()
+               .splitlines() if '"eval"' in line]
+    final = records[-1]
+    assert round(final["token_accuracy"] * 52) == round(share * 52)  # 13 rows x 4 labelled
+    assert summary["final_accuracy"] == final["token_accuracy"] and "top1" not in final
+    if torch_layout:
+        assert final["perplexity"] == pytest.approx(math.exp(final["loss"]), rel=1e-12)
+    else:
+        assert "perplexity" not in final
+
+
+def test_a_causal_models_own_loss_gets_its_perplexity_and_no_token_accuracy(tmp_path):
+    """Hugging Face rows whose model computes its own loss (a causal language model: labels
+    are its inputs, shifted inside it): the perplexity of that loss; no token accuracy, whose
+    positions the model's shift would make a lie."""
+    class CausalRows(torch.utils.data.Dataset):
+        def __init__(self, count, seed):
+            self.ids = Tokens(count, seed).ids
+
+        def __len__(self):
+            return len(self.ids)
+
+        def __getitem__(self, index):
+            return {"input_ids": self.ids[index], "labels": self.ids[index]}
+
+    class Causal(TinyLanguageModel):
+        def forward(self, input_ids, labels=None):
+            logits = super().forward(input_ids)
+            output = ModelOutput(logits=logits)
+            if labels is not None:
+                output["loss"] = torch.nn.functional.cross_entropy(
+                    logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+            return output
+
+    summary = train(Causal(), tmp_path / "job", None, CausalRows(32, 0), CausalRows(8, 1))
+    records = [json.loads(line) for line in (tmp_path / "job" / "metrics.jsonl").read_text()
+               .splitlines() if '"eval"' in line]
+    assert records[-1]["perplexity"] == pytest.approx(math.exp(records[-1]["loss"]))
+    assert "token_accuracy" not in records[-1] and summary["final_accuracy"] is None
+
+
+CE = torch.nn.CrossEntropyLoss()
+
+
+@pytest.mark.parametrize("outputs, labels, loss, expected", [
+    (torch.zeros(2, 4, 6), torch.zeros(2, 4).long(), flattened_cross_entropy, (2, False)),
+    (torch.zeros(2, 6, 4), torch.zeros(2, 4).long(), CE, (1, True)),
+    # T == C: the layout the loss takes
+    (torch.zeros(2, 4, 4), torch.zeros(2, 4).long(), CE, (1, True)),
+    (torch.zeros(2, 4, 4), torch.zeros(2, 4).long(), flattened_cross_entropy, (2, False)),
+    (torch.zeros(2, 4, 6), torch.zeros(2, 4).long(), own_loop.output_loss, (None, True)),
+    (torch.zeros(2, 6, 4), torch.zeros(2, 4).long(),
+     torch.nn.CrossEntropyLoss(label_smoothing=0.1), (1, False)),  # not a likelihood
+    (torch.zeros(2, 4, 6), torch.zeros(2, 4), flattened_cross_entropy, (None, False)),
+    (torch.zeros(2, 4, 6), torch.zeros(2, 5).long(), flattened_cross_entropy, (None, False)),
+    (torch.zeros(2, 6), torch.zeros(2).long(), CE, (None, False)),
+])
+def test_token_scores_are_found_on_the_dimension_the_loss_takes(outputs, labels, loss,
+                                                                 expected):
+    assert own_loop.token_kind(outputs, labels, loss) == expected
 
 
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])

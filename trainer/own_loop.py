@@ -43,7 +43,8 @@ scores (``N x C``, ``C >= 2``) and the targets class numbers (integers of shape 
 reports ``top1`` too (and ``top5`` above 5 classes); where they are one logit per example
 against targets 0 and 1, ``accuracy`` (the logit's sign against the target:
 ``accuracy_kind``); where they are scores per token against labels ``N x T``,
-``token_accuracy`` and, for a cross-entropy, ``perplexity`` (``token_kind``). ``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
+``token_accuracy`` and, for a cross-entropy, ``perplexity`` (``token_kind``).
+``summary["final_eval_loss"]`` and ``["final_accuracy"]`` hold the last.
 
 A resumed run ends on the weights an uninterrupted run reaches, dropout included: each
 training step's device draws are seeded from ``--seed`` and the step's number

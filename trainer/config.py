@@ -76,6 +76,7 @@ class TrainConfig:
     optimizer: str = "sgd"
     clip_grad_norm: float = 0.0
     grad_accum_steps: int = 1
+    ema_decay: float = 0.0
     max_bad_images: str = "0.1%"
     keep_best: str = ""
 
@@ -105,6 +106,10 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise TrainerError("--{} must not be negative, got {}".format(
                     name, getattr(self, name)), "use 0 or a positive value")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise TrainerError("--ema_decay must be in [0, 1), got {}".format(self.ema_decay),
+                               "e.g. --ema_decay=0.9998 (timm's --model-ema-decay); 0: no "
+                               "average")
         if self.lr > MAX_LR:
             raise TrainerError("--lr must be at most 1e6, got {}".format(self.lr),
                                "e.g. --lr={} (the peak for a global batch of --lr_batch)"
@@ -233,6 +238,9 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
     helps = {
         "batch_size": "examples per training step and device (the global batch is this x "
                       "--devices x --grad_accum_steps)",
+        "ema_decay": "keep an exponential moving average of the weights with this decay "
+                     "(e.g. 0.9998), evaluated beside them (ema_top1, ema_loss ...), "
+                     "checkpointed and written as model-ema.pt; 0: none",
         "grad_accum_steps": "micro-batches of --batch_size per optimizer step: the update of "
                             "a batch this many times larger, one micro-batch's activations "
                             "on the device at a time; step counts and --lr_batch scaling are "

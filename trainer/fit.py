@@ -40,6 +40,8 @@ from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
 from trainer.steps import BINARY_ACCURACY, PERPLEXITY, TOKEN_ACCURACY, Steps, headline_accuracy
 from trainer.summary import GraphCounts, PhaseTimes, summarize
+from trainer.weight_average import AVERAGED_MODEL
+from trainer.weight_average import PREFIX as AVERAGED
 
 log = logging.getLogger("trainer")
 
@@ -101,7 +103,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
                       config.precision, spec.eval_rows, config.seed, spec.binary,
                       config.clip_grad_norm, spec.metrics, config.grad_accum_steps,
-                      topology.devices, spec.token_scores, spec.perplexity)
+                      topology.devices, spec.token_scores, spec.perplexity,
+                      config.ema_decay)
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.step_batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)
@@ -171,6 +174,11 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         # model.pt and the summary: numbers only (but the buffers given as nan or inf).
         divergence.check_model(trained, state.global_step, given_non_finite)
         outputs.save_model(trained)
+        if steps.average is not None:  # the averaged weights, with the model's buffers
+            with steps.average.swapped():
+                averaged = to_cpu(model.state_dict(), xla.to_host)
+            divergence.check_model(averaged, state.global_step, given_non_finite)
+            outputs.save_model(averaged, AVERAGED_MODEL)
         job = checkpoints.job_totals()
         summary = summarize(spec.name, str(xla.device_kind(dev)), path, state,
                             spec.data.batch_size, accuracy, counts, started, cache.report(),
@@ -361,11 +369,23 @@ class _Run:
                            self.checkpoints.save_final(state, self.outputs), state, self.resume)
         _log_epoch(state, accuracy, self.outputs, self.data.damaged_images(state.epoch - 1))
         if self.best is not None:
-            model = self.steps.model
-            self.best.consider(accuracy, state.epoch, state.global_step,
-                               lambda: to_cpu(model.state_dict(), xla.to_host))
+            self.best.consider(accuracy, state.epoch, state.global_step, self._weights_of(
+                self.best.spec.name))
         self.outputs.flush(background=True)
         return accuracy
+
+
+    def _weights_of(self, figure: str) -> Callable[[], Dict[str, torch.Tensor]]:
+        """What makes the state dict of the model ``figure`` judges: the averaged weights'
+        for an ``ema_`` figure, else the weights'."""
+        model, average = self.steps.model, self.steps.average
+
+        def weights() -> Dict[str, torch.Tensor]:
+            if average is not None and figure.startswith(AVERAGED):
+                with average.swapped():
+                    return to_cpu(model.state_dict(), xla.to_host)
+            return to_cpu(model.state_dict(), xla.to_host)
+        return weights
 
 
 def best_model(config: TrainConfig, outputs: RunOutputs, steps: Steps
@@ -376,8 +396,10 @@ def best_model(config: TrainConfig, outputs: RunOutputs, steps: Steps
     if spec is None:
         return None
     reported = (list(steps.metric_names) + (["loss"] if steps.eval_rows is not None else [])
-                + ([PERPLEXITY] if steps.perplexity else []))
-    return BestModel(spec, outputs.model_dir, reported + list(steps.metrics))
+                + ([PERPLEXITY] if steps.perplexity else []) + list(steps.metrics))
+    if steps.average is not None:
+        reported += [AVERAGED + name for name in reported]
+    return BestModel(spec, outputs.model_dir, reported)
 
 
 def _this_process(run: "_Run", checkpoints: RunCheckpoints, steps_redone: int,
@@ -426,6 +448,7 @@ def _preempted(message: str, hint: str) -> Preempted:
 
 # What the evaluation reports as a share of its examples (``steps.Steps.results``).
 SHARES = ("top1", "top5", BINARY_ACCURACY, TOKEN_ACCURACY)
+SHARES += tuple(AVERAGED + name for name in SHARES)
 
 
 def _log_epoch(state: LoopState, accuracy: Dict[str, float], outputs: RunOutputs,

@@ -28,6 +28,7 @@ import torch
 from trainer import xla
 from trainer.batch_tree import arguments, flatten, micro_batch, unflatten
 from trainer.param_groups import lr_scale
+from trainer.weight_average import WeightAverage
 
 LossFunction = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Tensors = Sequence[torch.Tensor]
@@ -125,10 +126,12 @@ class OneGraphTrainStep:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.SGD,
                  loss_fn: LossFunction, rate_at: Callable[[torch.Tensor], torch.Tensor],
                  autocast: Callable[[], Any] = contextlib.nullcontext,
-                 clip_norm: float = 0.0, accumulate: int = 1, groups: int = 1) -> None:
+                 clip_norm: float = 0.0, accumulate: int = 1, groups: int = 1,
+                 average: Optional[WeightAverage] = None) -> None:
         self.optimizer, self.loss_fn, self.rate_at = optimizer, loss_fn, rate_at
         self.autocast, self.clip_norm = autocast, clip_norm
         self.accumulate, self.groups = accumulate, groups
+        self.average = average  # --ema_decay's averages, updated in the graph
         self.tensors = ModelTensors(model)
         # The parameters that train, then the frozen ones: the graph's inputs in that order.
         every = self.tensors.parameters
@@ -136,10 +139,11 @@ class OneGraphTrainStep:
         self.trained = [every[index] for index in self._order if every[index].requires_grad]
         self.frozen = [every[index] for index in self._order if not every[index].requires_grad]
         self.rule = update_rule(optimizer, self.trained)
-        # Trained and frozen parameters, buffers and optimizer state: how many of each, in
-        # and out of the graph.
+        # Trained and frozen parameters, buffers, optimizer state and the weights' averages:
+        # how many of each, in and out of the graph.
         self._sizes = (len(self.trained), len(self.frozen), len(self.tensors.buffers),
-                       len(self.trained) * self.rule.slots)
+                       len(self.trained) * self.rule.slots,
+                       len(self.trained) if average is not None else 0)
         self._graph = TracedPerShape(model, self._step)
         self._counter: Optional[torch.Tensor] = None  # on the device: the next step's number
         self._next_number: Optional[int] = None
@@ -152,24 +156,28 @@ class OneGraphTrainStep:
         if number != self._next_number:
             self._counter = xla.device_number(number, y.device, torch.int32)
         state = (self.trained + self.frozen + self.tensors.buffers
-                 + self.rule.read(self.optimizer, self.trained))
+                 + self.rule.read(self.optimizer, self.trained)
+                 + (self.average.of(self.trained) if self.average is not None else []))
         leaves, self._structure = flatten(x)
         outputs = self._graph(state, tuple(leaves) + (y, self._counter, loss_total),
                               self._structure)
-        new_parameters, new_buffers, new_slots, (loss_total, self._counter, *norm) = _split(
-            outputs, self._sizes[0], self._sizes[2], self._sizes[3])
+        (new_parameters, new_buffers, new_slots, new_averages,
+         (loss_total, self._counter, *norm)) = _split(
+            outputs, self._sizes[0], self._sizes[2], self._sizes[3], self._sizes[4])
         self.grad_norm = norm[0] if norm else None
         self._next_number = number + 1
         rebind(self.trained, new_parameters)
         rebind(self.tensors.buffers, new_buffers)
         self.rule.write(self.optimizer, self.trained, new_slots, number + 1)
+        if self.average is not None:
+            self.average.rebind(self.trained, new_averages)
         return loss_total
 
     def _step(self, *inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """The traced function: eager code on the tensors it is given, which it leaves as
-        they are; returns the new parameters, buffers and momentum buffers, then the loss
-        total and the next step's counter."""
-        parameters, frozen, buffers, slots, batch = _split(inputs, *self._sizes)
+        they are; returns the new parameters, buffers, optimizer state and averages, then the
+        loss total, the next step's counter and (with clipping) the gradients' norm."""
+        parameters, frozen, buffers, slots, averages, batch = _split(inputs, *self._sizes)
         x = unflatten(batch[:-3], self._structure)
         y, counter, loss_total = batch[-3:]
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
@@ -193,9 +201,10 @@ class OneGraphTrainStep:
             rate = self.rate_at(counter.to(torch.float32))[0]
             new_parameters, new_slots = self.rule.update(parameters, gradients, slots, rate,
                                                          counter)
-        return tuple(new_parameters) + tuple(buffers) + tuple(new_slots) + (
-            loss_total + loss.detach(), counter + 1) + norm
-
+            new_averages = (self.average.updated(averages, new_parameters)
+                            if self.average is not None else [])
+        return tuple(new_parameters) + tuple(buffers) + tuple(new_slots) + tuple(
+            new_averages) + (loss_total + loss.detach(), counter + 1) + norm
 
     def _accumulated(self, ordered: Tensors, buffers: Tensors, x: Any, y: torch.Tensor,
                      leaves: Tensors) -> Tuple[torch.Tensor, List[torch.Tensor]]:

@@ -267,9 +267,11 @@ class RunOutputs:
 
         return upload
 
-    def save_model(self, state_dict: Dict[str, torch.Tensor]) -> None:
+    def save_model(self, state_dict: Dict[str, torch.Tensor], name: str = MODEL) -> None:
+        """``state_dict`` written as ``name`` (``model.pt``) in the model dir (through a
+        temporary file and a rename)."""
         if self.model_dir is not None:
-            self.model_dir.write_file(MODEL, lambda stream: save_state(state_dict, stream),
+            self.model_dir.write_file(name, lambda stream: save_state(state_dict, stream),
                                       needs=size_of(state_dict))
 
     def write_summary(self, summary: Dict[str, Any]) -> None:

@@ -103,6 +103,12 @@ class RunCheckpoints:
         self.steps.model.load_state_dict(saved["model"])
         # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])
+        if self.steps.average is not None:
+            if "ema" not in saved:
+                log.info("checkpoint %s holds no average of the weights (written without "
+                         "--ema_decay): the average starts from its weights",
+                         self.store.uri(step))
+            self.steps.average.load_state_dict(saved.get("ema", {}))
         state.epoch, state.step_in_epoch = saved["epoch"], saved["step_in_epoch"]
         state.global_step = state.loss_finite_at = saved["step"]  # saved only when finite
         self.steps.learning_rate.set(state.global_step)
@@ -204,8 +210,11 @@ class RunCheckpoints:
             steps = self.steps
             steps.learning_rate.set(state.global_step)  # the compiled path computes it in-graph
             # The model's and the optimizer's tensors reach the host in one transfer.
-            snapshot = to_cpu({"model": steps.model.state_dict(),
-                               "optimizer": steps.optimizer.state_dict()}, xla.to_host)
+            tensors = {"model": steps.model.state_dict(),
+                       "optimizer": steps.optimizer.state_dict()}
+            if steps.average is not None:  # --ema_decay's averages (``weight_average``)
+                tensors["ema"] = steps.average.state_dict()
+            snapshot = to_cpu(tensors, xla.to_host)
             snapshot.update({
                 "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
                 "step": state.global_step, "loss_total": total,

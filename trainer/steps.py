@@ -21,6 +21,8 @@ from trainer import xla
 from trainer.batch_tree import call_model, logits_of, micro_batch
 from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
+from trainer.weight_average import PREFIX as AVERAGED
+from trainer.weight_average import WeightAverage
 
 log = logging.getLogger("trainer")
 Counts = Tuple[List[torch.Tensor], torch.Tensor]
@@ -87,7 +89,7 @@ class Steps:
                  binary: bool = False, clip_norm: float = 0.0,
                  metrics: Optional[Dict[str, Callable]] = None, accumulate: int = 1,
                  groups: int = 1, token_scores: Optional[int] = None,
-                 perplexity: bool = False) -> None:
+                 perplexity: bool = False, ema_decay: float = 0.0) -> None:
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary
@@ -110,11 +112,14 @@ class Steps:
         self._eval_batch = 0  # the next evaluation batch's number (``eval_rows``)
         self._rows: Optional[int] = None  # the rows of the batch being counted
         self.device = next(model.parameters()).device
+        # --ema_decay: the weights' averages (``weight_average``), made where the model is.
+        self.average = WeightAverage(model, ema_decay) if ema_decay else None
         # The forward passes and the loss run in this context (``xla.mixed_precision``).
         self.autocast = xla.mixed_precision(precision)
         if path == xla.COMPILED:
             self._train = OneGraphTrainStep(model, optimizer, loss_fn, learning_rate.rate_at,
-                                            self.autocast, clip_norm, accumulate, groups)
+                                            self.autocast, clip_norm, accumulate, groups,
+                                            self.average)
             self._count_batch = OneGraphEvalStep(model, self._count, self.autocast)
         else:
             self._train = self._lazy_train_step
@@ -141,8 +146,10 @@ class Steps:
         return self._lazy_norm
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
-        """Add the batch's top-k hits and its real (not padding) examples to ``counts``."""
+        """Add the batch's top-k hits and its real (not padding) examples to ``counts``; with
+        ``--ema_decay`` the averaged weights' too, the batch run again with them."""
         correct, seen = counts
+        count = self._count_batch
         if self.eval_rows is not None:
             self._rows = self.eval_rows(self._eval_batch)
             self._eval_batch += 1
@@ -152,15 +159,21 @@ class Steps:
                 # The one batch cut short runs lazily: its own compiled graph, under SPMD,
                 # went on reading the parameters of the evaluation it was compiled in
                 # (torch_xla 2.9's graph bridge; test_own_loop's two-device test found it).
-                totals = self._lazy_count_batch(x, y, list(correct) + [seen])
-                xla.sync()
-                return list(totals[:-1]), totals[-1]
-        totals = self._count_batch(x, y, list(correct) + [seen])
-        return list(totals[:-1]), totals[-1]
+                count = self._lazy_count_batch
+        width = len(correct) // (1 if self.average is None else 2)
+        totals = count(x, y, list(correct[:width]) + [seen])
+        new = list(totals[:-1])
+        if self.average is not None:
+            with self.average.swapped():
+                new += list(count(x, y, list(correct[width:]) + [seen]))[:-1]
+        if count is not self._count_batch:
+            xla.sync()
+        return new, totals[-1]
 
     def results(self, counts: Counts) -> Dict[str, float]:
         """``top1`` ... (the share of examples counted) and, with ``eval_rows``, ``loss``,
-        read in one transfer. When no example was counted (an eval_set smaller than one global
+        read in one transfer; with ``--ema_decay`` the averaged weights' as ``ema_top1``,
+        ``ema_loss`` ... When no example was counted (an eval_set smaller than one global
         batch on a slice of several hosts: ``DatasetSource.real_rows``) there is nothing to
         report: no entry at all (a top-1 of 0 would read as a model that learnt nothing), and
         a warning says so."""
@@ -171,18 +184,28 @@ class Steps:
         if not count:
             log.warning("evaluation counted no example: no top-1 and no loss to report")
             return {}
+        width = len(correct) // (1 if self.average is None else 2)
+        results = self._figures(fetched[1:1 + width], count)
+        if self.average is not None:
+            results.update((AVERAGED + name, value) for name, value in
+                           self._figures(fetched[1 + width:], count).items())
+        return results
+
+    def _figures(self, sums: List[float], count: int) -> Dict[str, float]:
+        """One model's figures from its sums (``zero_counts``' order) over ``count``
+        examples."""
         hits = self._counters
         if self.tokens:  # hits over the tokens counted, not the examples
-            results = {TOKEN_ACCURACY: fetched[1] / max(1.0, fetched[2])}
+            results = {TOKEN_ACCURACY: sums[0] / max(1.0, sums[1])}
         else:
             results = {name: total / count
-                       for total, name in zip(fetched[1:1 + hits], self.metric_names)}
+                       for total, name in zip(sums[:hits], self.metric_names)}
         if self.eval_rows is not None:
-            results["loss"] = fetched[1 + hits] / count
+            results["loss"] = sums[hits] / count
             if self.perplexity:  # exp of a cross-entropy in nats (inf past float's range)
                 results[PERPLEXITY] = math.exp(min(results["loss"], 709.0))
             results.update((name, total / count) for name, total in
-                           zip(self.metrics, fetched[2 + hits:]))
+                           zip(self.metrics, sums[hits + 1:]))
         return results
 
     def _lazy_train_step(self, step: int, x: torch.Tensor, y: torch.Tensor,
@@ -207,6 +230,8 @@ class Steps:
             self._lazy_norm = torch.nn.utils.clip_grad_norm_(self._trained,
                                                              self.clip_norm).detach()
         self.optimizer.step()
+        if self.average is not None:
+            self.average.update()
         return loss_total + loss.detach()
 
     def _lazy_count_batch(self, x: torch.Tensor, y: torch.Tensor,
@@ -257,6 +282,8 @@ class Steps:
         if self.eval_rows is not None:  # the loss's sum, then each metric's
             sums.extend(xla.device_number(0, self.device, torch.float32)
                         for _ in range(1 + len(self.metrics)))
+        if self.average is not None:  # the averaged weights' alike
+            sums += [xla.device_number(0, self.device, t.dtype) for t in sums]
         return sums, xla.device_number(0, self.device, torch.int64)
 
 

@@ -346,6 +346,55 @@ def test_parameter_groups_torch_would_refuse_are_one_line_before_training(tmp_pa
     assert raised.value.exit_code == 64
 
 
+def test_an_average_of_the_weights_trains_alike_on_both_paths_and_is_evaluated_beside_them(
+        tmp_path):
+    """--ema_decay=0.8: the average written to model-ema.pt is the same on both step paths
+    (float64 but for the compiled graph's float32 rate: within 1e-6 of its movement), is
+    not the weights, and the evaluation's ema_loss and ema_top1 are the averaged model's on
+    the evaluation set (16 examples in 2 batches: a float32 sum, within 1e-6 relative);
+    --keep_best=ema_loss keeps the averaged weights."""
+    x = torch.randn(64, FEATURES, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    data = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long())
+    evaluation = torch.utils.data.TensorDataset(x[:16], data.tensors[1][:16])
+
+    def trained(step_mode):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(),
+                                    torch.nn.Linear(8, CLASSES)).double()
+        job = tmp_path / step_mode
+        summary = train(model, job, None, data, evaluation, step_mode=step_mode,
+                        ema_decay=0.8, keep_best="ema_loss", num_epochs=1)
+        return job, summary
+
+    lazy_job, _ = trained("lazy")
+    compiled_job, summary = trained("compiled")
+    lazy, compiled = (torch.load(str(job / "model-ema.pt"), weights_only=False)
+                      for job in (lazy_job, compiled_job))
+    weights = torch.load(str(compiled_job / "model.pt"), weights_only=False)
+    torch.manual_seed(0)
+    start = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(),
+                                torch.nn.Linear(8, CLASSES)).double().state_dict()
+    for name in start:
+        moved = float((compiled[name] - start[name]).abs().max())
+        assert float((lazy[name] - compiled[name]).abs().max()) <= 1e-6 * moved, name
+        assert not torch.equal(compiled[name], weights[name]), name
+    averaged = torch.nn.Sequential(torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(),
+                                   torch.nn.Linear(8, CLASSES)).double()
+    averaged.load_state_dict(compiled)
+    with torch.no_grad():
+        scores = averaged(evaluation.tensors[0])
+    loss = float(torch.nn.functional.cross_entropy(scores, evaluation.tensors[1]))
+    top1 = float((scores.argmax(1) == evaluation.tensors[1]).double().mean())
+    record = [json.loads(line) for line in (compiled_job / "metrics.jsonl").read_text()
+              .splitlines() if '"eval"' in line][-1]
+    assert record["ema_loss"] == pytest.approx(loss, rel=1e-6)
+    assert round(record["ema_top1"] * 16) == round(top1 * 16)
+    assert "top1" in record and "loss" in record
+    best = torch.load(str(compiled_job / "model-best.pt"), weights_only=False)
+    assert json.loads((compiled_job / "best.json").read_text())["metric"] == "ema_loss"
+    assert all(torch.equal(best[name], compiled[name]) for name in compiled)  # one epoch
+
+
 # --- inputs and outputs as the ecosystem passes them ------------------------------------------
 
 class Split(torch.utils.data.Dataset):

@@ -142,24 +142,27 @@ def stopped_then_resumed(job, *args):
     return step
 
 
-@pytest.mark.parametrize("task, accumulate", [("classify", 1), ("dropout", 1), ("dropout", 2)])
+@pytest.mark.parametrize("task, accumulate, ema", [("classify", 1, 0), ("dropout", 1, 0),
+                                                   ("dropout", 2, 0.9)])
 def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(tmp_path, task,
-                                                                        accumulate):
+                                                                        accumulate, ema):
     """Dropout too: the checkpoint carries the device's random state (without it the
     resumed run's masks differ, and so do the weights); and with --grad_accum_steps, whose
-    micro-batches each draw their own masks inside the one step."""
+    micro-batches each draw their own masks inside the one step, and --ema_decay, whose
+    average the checkpoint carries (model-ema.pt the same too)."""
     # 250 steps an epoch: the stop lands inside the first one.
     args = ("--task=" + task, "--examples=2000", "--batch_size={}".format(8 // accumulate),
-            "--grad_accum_steps={}".format(accumulate), "--num_epochs=2",
-            "--eval_examples=16", "--num_workers=1")
+            "--grad_accum_steps={}".format(accumulate), "--ema_decay={}".format(ema),
+            "--num_epochs=2", "--eval_examples=16", "--num_workers=1")
     returncode, _, err = finish(script("--job_dir=" + str(tmp_path / "whole"), *args))
     assert returncode == 0, err
     step = stopped_then_resumed(tmp_path / "stopped", *args)
     assert 30 <= step < 250, "not stopped mid-epoch"
-    whole = torch.load(str(tmp_path / "whole" / "model.pt"), weights_only=False)
-    resumed = torch.load(str(tmp_path / "stopped" / "model.pt"), weights_only=False)
-    assert whole.keys() == resumed.keys()
-    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+    for written in ("model.pt",) + (("model-ema.pt",) if ema else ()):
+        whole = torch.load(str(tmp_path / "whole" / written), weights_only=False)
+        resumed = torch.load(str(tmp_path / "stopped" / written), weights_only=False)
+        assert whole.keys() == resumed.keys()
+        assert all(torch.equal(whole[name], resumed[name]) for name in whole), written
 
 
 @pytest.mark.parametrize("task", ["regress", "rows"])

@@ -189,7 +189,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        global_batch=spec.data.batch_size,
                        learning_rate=steps.learning_rate.peak, precision=config.precision,
                        job=job.summary(outputs.stops))
-        summary.update(spec.data.damaged_images())
+        # The job's, as of the last evaluation (the last epoch is always evaluated); this
+        # host's own where nothing was evaluated.
+        summary.update(run.damaged_total or spec.data.damaged_images())
         outputs.write_summary(summary)
     return summary
 
@@ -268,6 +270,8 @@ class _Run:
         self.epochs = config.epochs(self.steps_per_epoch)
         self.eval_seconds = 0.0
         self.best: Optional[BestModel] = None  # --keep_best
+        # Damaged images over the job's hosts as of the last evaluation (``job_damaged``).
+        self.damaged_total: Dict[str, int] = {}
 
     def all_epochs(self, progress: ProgressLog) -> Dict[str, float]:
         """Train the remaining epochs; returns the last evaluation's accuracy."""
@@ -367,13 +371,26 @@ class _Run:
             # Saved before the evaluation (in the background: waited for here), or now.
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
                            self.checkpoints.save_final(state, self.outputs), state, self.resume)
-        _log_epoch(state, accuracy, self.outputs, self.data.damaged_images(state.epoch - 1))
+        _log_epoch(state, accuracy, self.outputs, self.job_damaged(state.epoch - 1))
         if self.best is not None:
             self.best.consider(accuracy, state.epoch, state.global_step, self._weights_of(
                 self.best.spec.name))
         self.outputs.flush(background=True)
         return accuracy
 
+
+    def job_damaged(self, epoch: int) -> Dict[str, int]:
+        """``DataSource.damaged_images`` of ``epoch`` summed over the job's hosts (at an
+        evaluation's end, which every host reaches: ``BoundaryVote.job_sum``); the run's
+        training total so far is summed with them, for ``summary.json`` (``damaged_total``)."""
+        mine = self.data.damaged_images(epoch)
+        if not mine:
+            return mine
+        total = self.data.damaged_images()["train_damaged_images"]
+        summed = self.placement.vote.job_sum(list(mine.values()) + [total])
+        figures = dict(zip(mine, summed))
+        self.damaged_total = dict(figures, train_damaged_images=summed[-1])
+        return figures
 
     def _weights_of(self, figure: str) -> Callable[[], Dict[str, torch.Tensor]]:
         """What makes the state dict of the model ``figure`` judges: the averaged weights'

@@ -199,6 +199,17 @@ def test_on_a_slice_the_vote_of_one_boundary_stops_every_host_at_the_next():
     assert vote.settle() is True
 
 
+def test_a_hosts_counts_are_summed_over_the_mesh_once_each():
+    """Damaged images over the job's hosts (``BoundaryVote.job_sum``): each host's count on
+    one of its devices, zeros on the others, summed by the mesh; this process is the only
+    real host, so the sum is its own counts (put on every device it would read 4 times as
+    many), exact in float32 to 2^24."""
+    vote = on_a_slice([], [])
+    assert vote.job_sum([3, 0, 1281, 2 ** 24]) == [3, 0, 1281, 2 ** 24]
+    assert devices.BoundaryVote(devices.ONE_DEVICE, lambda: False, None, None).job_sum(
+        [5, 7]) == [5, 7]
+
+
 def test_on_a_slice_a_due_checkpoint_and_a_stop_are_told_apart_one_boundary_later():
     # Its clock says a checkpoint is due at boundaries 1 and 2; SIGTERM arrives at 2.
     vote = on_a_slice([False, False, True, True], [False, True, True, False])

@@ -312,13 +312,14 @@ def one_line_error(err, code, returncode):
     return lines[-2]
 
 
-@pytest.mark.parametrize("workers", [0, 3])
+@pytest.mark.parametrize("workers, devices", [(0, 1), (3, 1), (0, 2)])
 def test_an_image_that_does_not_decode_is_skipped_named_and_counted(photo_shards, tmp_path,
-                                                                    workers):
+                                                                    workers, devices):
     """Example 5 of each train and val shard cut to a third: it ended the run (exit 65) the
     first time it was read. Now the first 5 of each epoch and evaluation are named, training
     gets another image of its batch in place of each, the evaluation leaves them out, and the
-    run ends 0 with the counts, in and out of data workers alike."""
+    run ends 0 with the counts, in and out of data workers alike; on 2 devices the counts
+    are summed over the mesh (each host's once: ``BoundaryVote.job_sum``)."""
     data = indexed_as_they_are(damaged_copy(photo_shards, tmp_path / "shards",
                                             truncate_example_5, splits=("train", "val")))
     train, val = (len(list(data.glob(split + "-*.tar"))) for split in ("train", "val"))
@@ -326,7 +327,8 @@ def test_an_image_that_does_not_decode_is_skipped_named_and_counted(photo_shards
     job = tmp_path / "job"
     returncode, out, err = finish(trainer("trainer.imagenet", "--data_dir=" + str(data),
                                           "--num_workers={}".format(workers),
-                                          "--job_dir=" + str(job), *IMAGENET))
+                                          "--job_dir=" + str(job), *IMAGENET,
+                                          environ={"CPU_NUM_DEVICES": str(devices)}))
     assert returncode == 0, err
     skipped = re.findall(r"skipped a damaged image \((epoch 1|the evaluation after epoch 1)\): "
                          r"{}/(train|val)-(\d{{6}})\.tar#\2-\3_000005: (.+)".format(
@@ -335,7 +337,7 @@ def test_an_image_that_does_not_decode_is_skipped_named_and_counted(photo_shards
         [("epoch 1", "train")] * 5 + [("the evaluation after epoch 1", "val")] * val, out
     assert "more damaged images in epoch 1: counted, not named" in out
     assert "Traceback" not in err
-    # 192 examples in 24 steps of 8: every damaged one is in a trained step.
+    # 192 examples in 24 steps of 8 (12 of 16): every damaged one is in a trained step.
     [evaluation] = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()
                     if json.loads(line)["kind"] == "eval"]
     assert (evaluation["train_damaged_images"], evaluation["eval_damaged_images"]) == (train, val)

@@ -419,6 +419,9 @@ def group_values(optimizer: torch.optim.Optimizer, parameters: Tensors, key: str
     """Each parameter's ``key`` (``weight_decay``) from its group, read when the step is made:
     a resumed run's groups are the checkpoint's, loaded before (``RunCheckpoints.resume``)."""
     found = {id(p): float(g[key]) for g in optimizer.param_groups for p in g["params"]}
+    if not all(id(parameter) in found for parameter in parameters):
+        raise ValueError("the optimizer does not hold every parameter that trains (made "
+                         "before the model moved to its device?)")
     return [found[id(parameter)] for parameter in parameters]
 
 

@@ -109,9 +109,9 @@ def test_evaluation_counts_every_example_once(path):
     model = mnist.MnistNet().eval()
     with torch.no_grad():
         expected = int((model(eval_x).argmax(1) == eval_y).sum())
+    model = model.to(xla.device())  # first: the optimizer holds the parameters that train
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = Steps(model.to(xla.device()), optimizer, LearningRate(optimizer, 0.1, 0, 1),
-                  F.nll_loss, (1,), path)
+    steps = Steps(model, optimizer, LearningRate(optimizer, 0.1, 0, 1), F.nll_loss, (1,), path)
     from trainer.loop import evaluate
 
     accuracy = evaluate(steps, xla.device_loader(source.eval_batches(), steps.device, path,

@@ -147,7 +147,7 @@ class Steps:
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, counts: Counts) -> Counts:
         """Add the batch's top-k hits and its real (not padding) examples to ``counts``; with
-        ``--ema_decay`` the averaged weights' too, the batch run again with them."""
+        ``--ema_decay`` the averaged weights' too, the batch run again with them (lazily)."""
         correct, seen = counts
         count = self._count_batch
         if self.eval_rows is not None:
@@ -164,8 +164,13 @@ class Steps:
         totals = count(x, y, list(correct[:width]) + [seen])
         new = list(totals[:-1])
         if self.average is not None:
+            # The averages in the parameters' data, lazily on either path: a compiled graph
+            # given other tensors in its parameters' places (swapped in, or as inputs of a
+            # graph of their own) counted wrong under SPMD, and the weights' graph after it too
+            # (torch_xla 2.9, 2 CPU devices: test_own_loop's two-device test).
             with self.average.swapped():
-                new += list(count(x, y, list(correct[width:]) + [seen]))[:-1]
+                new += list(self._lazy_count_batch(x, y, list(correct[width:]) + [seen]))[:-1]
+            xla.sync()  # one graph a batch, the same each time
         if count is not self._count_batch:
             xla.sync()
         return new, totals[-1]

@@ -10,8 +10,9 @@ frozen parameter has none: its average is itself. Buffers (batch-norm statistics
 averaged: the averaged model uses the model's own, as it is when evaluated or exported.
 
 Evaluation runs each batch through the model twice, once with the averages in the
-parameters' places (``swapped``: the same compiled graph, other inputs), and reports their
-figures as ``ema_`` + name (``ema_top1``, ``ema_loss``) beside the weights'. A resume is
+parameters' places (``swapped``, lazily on either step path: ``steps.Steps.evaluate`` says
+why), and reports their figures as ``ema_`` + name (``ema_top1``, ``ema_loss``) beside the
+weights'. A resume is
 exact: the checkpoints hold the averages (``state_dict``), so a stopped and resumed run ends
 on the averages an uninterrupted one reaches.
 """

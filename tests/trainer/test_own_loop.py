@@ -169,12 +169,15 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(tmp_path
 def test_two_devices_train_and_evaluate_the_real_examples(tmp_path, task):
     """SPMD: the padded last evaluation batch is split over the devices before it is cut.
     Hugging Face style rows too: each of a row's tensors split over the devices, through the
-    data workers, the padding's labels -100 (the model's own loss ignores them)."""
+    data workers, the padding's labels -100 (the model's own loss ignores them). With
+    --ema_decay the averaged weights are evaluated on the same batches: their ema_loss is
+    model-ema.pt's (the compiled evaluation graph reads the averages swapped in, the cut
+    batch's lazy one too)."""
     job = tmp_path / "job"
     returncode, out, err = finish(script(
         "--task=" + task, "--num_epochs=2", "--batch_size=4", "--job_dir=" + str(job),
         "--eval_batch_size={}".format(EVAL_BATCH // 2),
-        "--eval_examples={}".format(EVAL_EXAMPLES), "--num_workers=2",
+        "--eval_examples={}".format(EVAL_EXAMPLES), "--num_workers=2", "--ema_decay=0.5",
         environ={"CPU_NUM_DEVICES": "2"}))
     assert returncode == 0, err
     assert "2 of 2 devices (SPMD" in out
@@ -184,6 +187,15 @@ def test_two_devices_train_and_evaluate_the_real_examples(tmp_path, task):
     assert summary["final_eval_loss"] == pytest.approx(loss, rel=LOSS_RELATIVE)
     if top1 is not None:  # counts of 37: exact
         assert round(summary["final_accuracy"] * EVAL_EXAMPLES) == round(top1 * EVAL_EXAMPLES)
+    record = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()
+              if json.loads(line)["kind"] == "eval"][-1]
+    averaged_loss, averaged_top1 = direct_eval(task, job / "model-ema.pt")
+    assert record["ema_loss"] == pytest.approx(averaged_loss, rel=LOSS_RELATIVE)
+    # Not the weights' figure again: apart by 10 times the tolerance the figures are held to.
+    assert abs(averaged_loss - loss) > 10 * LOSS_RELATIVE * loss
+    if averaged_top1 is not None:
+        assert round(record["ema_top1"] * EVAL_EXAMPLES) == round(
+            averaged_top1 * EVAL_EXAMPLES)
 
 
 def test_two_devices_accumulate_to_the_update_of_the_whole_batch(tmp_path):

@@ -258,8 +258,9 @@ class BoundaryVote:
         """Each of ``values`` (this process's counts, at a point every process of the job
         reaches alike: an evaluation's end) summed over the job's processes: each puts its
         count on its first device and zeros on its others, and the mesh sums them (exact in
-        float32 up to 2^24). Without a mesh (one device), the values as they are."""
-        if self.sharding is None:
+        float32 up to 2^24; one device execution more). One process: the values as they
+        are (they are the job's)."""
+        if self.sharding is None or self.topology.process_count == 1:
             return [int(value) for value in values]
         sums = []
         for value in values:

@@ -206,7 +206,8 @@ def test_a_hosts_counts_are_summed_over_the_mesh_once_each():
     many), exact in float32 to 2^24."""
     vote = on_a_slice([], [])
     assert vote.job_sum([3, 0, 1281, 2 ** 24]) == [3, 0, 1281, 2 ** 24]
-    assert devices.BoundaryVote(devices.ONE_DEVICE, lambda: False, None, None).job_sum(
+    # One process: its counts are the job's, no device execution.
+    assert devices.BoundaryVote(TOPOLOGY, lambda: False, SHARDING, xla.device()).job_sum(
         [5, 7]) == [5, 7]
 
 

@@ -318,8 +318,8 @@ def test_an_image_that_does_not_decode_is_skipped_named_and_counted(photo_shards
     """Example 5 of each train and val shard cut to a third: it ended the run (exit 65) the
     first time it was read. Now the first 5 of each epoch and evaluation are named, training
     gets another image of its batch in place of each, the evaluation leaves them out, and the
-    run ends 0 with the counts, in and out of data workers alike; on 2 devices the counts
-    are summed over the mesh (each host's once: ``BoundaryVote.job_sum``)."""
+    run ends 0 with the counts, in and out of data workers alike, on 1 device or 2 (one
+    process: its counts are the job's; several: ``BoundaryVote.job_sum``, test_spmd)."""
     data = indexed_as_they_are(damaged_copy(photo_shards, tmp_path / "shards",
                                             truncate_example_5, splits=("train", "val")))
     train, val = (len(list(data.glob(split + "-*.tar"))) for split in ("train", "val"))

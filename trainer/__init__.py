@@ -8,7 +8,7 @@ known_warnings.install()
 
 
 def train(model, train_set, eval_set=None, loss_fn=None, argv=None, metrics=None,
-          param_groups=None):
+          param_groups=None, collate_fn=None):
     """Train ``model`` on ``train_set`` (evaluating on ``eval_set``) with the trainers' run,
     configured by the flags in ``argv`` (default ``sys.argv[1:]``); returns the summary, or
     ends the process with the trainers' exit code and one line. Call it once, as the
@@ -29,4 +29,5 @@ def train(model, train_set, eval_set=None, loss_fn=None, argv=None, metrics=None
         cli.exit_process(config)
     from trainer.own_loop import train as train_own
 
-    return train_own(config, model, train_set, eval_set, loss_fn, metrics, param_groups)
+    return train_own(config, model, train_set, eval_set, loss_fn, metrics, param_groups,
+                     collate_fn)

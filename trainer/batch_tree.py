@@ -8,6 +8,7 @@ dimension; a model's output is a tensor, a tuple, a dict or a Hugging Face ``Mod
   or ``ModelOutput``, the first element of a tuple or list;
 - ``output_loss``: the loss a model computed itself (a ``ModelOutput``'s or dict's ``loss``),
   the default ``loss_fn`` for dict items, as Hugging Face's ``Trainer`` takes it;
+- ``BatchLoss``, ``loss_of``: a ``loss_fn`` given for dict items, called on the whole batch;
 - ``flatten``/``unflatten``: an input as a flat list of tensors and back (the compiled step
   traces tensors only), ``describe``: an input's dtypes and shapes, for error lines;
 - ``micro_batch``: one of a step's micro-batches (``--grad_accum_steps``).
@@ -98,6 +99,26 @@ def output_loss(outputs: Any, targets: Any = None) -> torch.Tensor:
         raise ValueError("the model's outputs hold no loss (a {} without 'loss')".format(
             type(outputs).__name__))
     return loss
+
+
+class BatchLoss:
+    """A ``loss_fn`` of the model's outputs and the whole batch, ``loss_fn(outputs, batch)``:
+    how one given for dict items (Hugging Face rows) is called, as a ``Trainer.compute_loss``
+    sees the batch: its ``labels``, its ``attention_mask``, everything the rows hold."""
+
+    def __init__(self, function: Callable) -> None:
+        self.function = function
+
+    def __call__(self, outputs: Any, batch: Any) -> torch.Tensor:
+        return self.function(outputs, batch)
+
+
+def loss_of(loss_fn: Callable, outputs: Any, inputs: Any, targets: Any) -> torch.Tensor:
+    """The loss of a batch: ``loss_fn(outputs, targets)``, or for a ``BatchLoss``
+    ``loss_fn(outputs, inputs)`` (the rows, their labels among them)."""
+    if isinstance(loss_fn, BatchLoss):
+        return loss_fn(outputs, inputs)
+    return loss_fn(outputs, targets)
 
 
 def describe(inputs: Any) -> str:

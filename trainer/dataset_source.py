@@ -33,12 +33,12 @@ import logging
 import numbers
 import random
 import sys
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import Dataset
 
-from trainer.batch_tree import flatten, unflatten
+from trainer.batch_tree import describe, flatten, unflatten
 from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, steps_in
 from trainer.errors import DataError, TrainerError
 
@@ -93,9 +93,9 @@ def dataset_size(dataset: Any, name: str) -> int:
     return size
 
 
-def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
+def as_tensor(value: Any, what: str, where: str) -> torch.Tensor:
     """``value`` (a tensor, a number or a numpy array) as a tensor of numbers; anything else
-    is a data error naming the set, the item and the part."""
+    is a data error naming ``where`` it is (``train_set item 3``) and the part (``what``)."""
     if isinstance(value, torch.Tensor):
         tensor = value
     elif (isinstance(value, numbers.Number) and not isinstance(value, complex)) or (
@@ -103,19 +103,18 @@ def as_tensor(value: Any, what: str, name: str, index: int) -> torch.Tensor:
         try:
             tensor = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError) as error:  # e.g. numpy's longdouble
-            raise DataError("{} item {}: its {} ({} {}) is no tensor: {}: {}".format(
-                name, index, what, type(value).__name__, getattr(value, "dtype", ""),
+            raise DataError("{}: its {} ({} {}) is no tensor: {}: {}".format(
+                where, what, type(value).__name__, getattr(value, "dtype", ""),
                 type(error).__name__, _first_line(error)),
                 "inputs and targets are real numbers of a dtype torch has (float16/32/64, "
                 "int8/16/32/64, uint8, bool)")
     else:
-        raise DataError("{} item {}: its {} is a {}, not a tensor or a number".format(
-            name, index, what, type(value).__name__),
+        raise DataError("{}: its {} is a {}, not a tensor or a number".format(
+            where, what, type(value).__name__),
             "items are (input, target) pairs of tensors or numbers")
     if tensor.dtype.is_complex or not (tensor.dtype.is_floating_point or tensor.dtype in (
             torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)):
-        raise DataError("{} item {}: its {} has dtype {}".format(name, index, what,
-                                                                  tensor.dtype),
+        raise DataError("{}: its {} has dtype {}".format(where, what, tensor.dtype),
                         "inputs and targets are real numbers (float, int or bool)")
     return tensor
 
@@ -127,62 +126,73 @@ IGNORED_LABEL = -100
 LABELS, LABEL = "labels", "label"
 
 
-def as_input(value: Any, what: str, name: str, index: int) -> Any:
+def as_input(value: Any, what: str, where: str) -> Any:
     """An item's input: a tensor (``as_tensor``), or a tuple, list or dict of inputs (string
     keys), nested alike."""
     if isinstance(value, dict):
         for key in value:
             if not isinstance(key, str):
-                raise DataError("{} item {}: its {} has a key {!r}, not a name".format(
-                    name, index, what, key), "dict inputs are passed as model(**x): name "
+                raise DataError("{}: its {} has a key {!r}, not a name".format(
+                    where, what, key), "dict inputs are passed as model(**x): name "
                     "each tensor by a string")
         # In sorted order, as ``flatten`` and the error lines list them: a Dataset whose
         # dicts come in another order each time still has one structure.
-        return {key: as_input(value[key], "{}[{!r}]".format(what, key), name, index)
+        return {key: as_input(value[key], "{}[{!r}]".format(what, key), where)
                 for key in sorted(value)}
     if isinstance(value, (tuple, list)):
-        parts = [as_input(part, "{}[{}]".format(what, number), name, index)
+        parts = [as_input(part, "{}[{}]".format(what, number), where)
                  for number, part in enumerate(value)]
         return tuple(parts) if isinstance(value, tuple) else parts
-    return as_tensor(value, what, name, index)
+    return as_tensor(value, what, where)
 
 
-def item_pair(dataset: Any, name: str, index: int) -> Tuple[Any, torch.Tensor]:
-    """Item ``index`` of ``dataset`` as (input, target): the input a tensor or a tuple, list or
-    dict of them, the target a tensor; a dict item (a Hugging Face row) is the input whole and
-    its ``labels`` the target. An item that is none of these is a data error naming it."""
+def read_item(dataset: Any, name: str, index: int) -> Any:
+    """``dataset[index]``; a ``__getitem__`` that raises is a data error naming the item."""
     try:
-        item = dataset[index]
+        return dataset[index]
     except TrainerError:  # one of ours, already a line
         raise
     except Exception as error:  # the user's __getitem__: a line naming the item, not a trace
         raise DataError("{} item {}: __getitem__ raised {}: {}".format(
             name, index, type(error).__name__, _first_line(error)),
             "fix the Dataset's __getitem__ for that index (or its data)")
+
+
+def as_pair(item: Any, where: str) -> Tuple[Any, torch.Tensor]:
+    """An item (or a batch a ``collate_fn`` made) as (input, target): the input a tensor or a
+    tuple, list or dict of them, the target a tensor; a dict (a Hugging Face row) is the input
+    whole and its ``labels`` (or ``label``) the target. Anything else is a data error naming
+    ``where`` it comes from."""
     if isinstance(item, dict):
-        row = as_input(item, "row", name, index)
+        row = as_input(item, "row", where)
         if LABEL in row and LABELS not in row:
             row[LABELS] = row.pop(LABEL)
             row = {key: row[key] for key in sorted(row)}
         if LABELS not in row or not isinstance(row[LABELS], torch.Tensor):
-            raise DataError("{} item {} is a dict without 'labels' (its keys: {})".format(
-                name, index, ", ".join(sorted(row))), "give each row its labels (a tensor), "
+            raise DataError("{} is a dict without 'labels' (its keys: {})".format(
+                where, ", ".join(sorted(row))), "give each row its labels (a tensor), "
                 "as Hugging Face's Trainer expects, or return (input, target) pairs")
         return row, row[LABELS]
     if not isinstance(item, (tuple, list)) or len(item) != 2:
         what = ("a {} of {} parts".format(type(item).__name__, len(item))
                 if isinstance(item, (tuple, list)) else "a {}".format(type(item).__name__))
-        raise DataError("{} item {} is {}, not an (input, target) pair".format(
-            name, index, what), "make __getitem__ return (input, target), or a dict with "
-            "'labels' (a Hugging Face row)")
-    return (as_input(item[0], "input", name, index),
-            as_tensor(item[1], "target", name, index))
+        raise DataError("{} is {}, not an (input, target) pair".format(where, what),
+                        "make __getitem__ (or collate_fn) return (input, target), or a dict "
+                        "with 'labels' (a Hugging Face row)")
+    return as_input(item[0], "input", where), as_tensor(item[1], "target", where)
+
+
+def item_pair(dataset: Any, name: str, index: int) -> Tuple[Any, torch.Tensor]:
+    """Item ``index`` of ``dataset`` as (input, target) (``as_pair``)."""
+    return as_pair(read_item(dataset, name, index), "{} item {}".format(name, index))
 
 
 class ItemShape:
     """The structure, shapes and dtypes every item of a set has: its item 0's (input, target),
     as ``batch_tree.flatten`` lists their tensors; ``rows``: whether items are dicts (Hugging
     Face rows, whose ``labels`` pad with ``IGNORED_LABEL``)."""
+
+    first = "item 0's"  # what the others are compared with, in error lines
 
     def __init__(self, first: Tuple[Any, torch.Tensor]) -> None:
         tensors, self.structure = flatten(first)
@@ -192,32 +202,44 @@ class ItemShape:
         self.rows = isinstance(first[0], dict) and first[0].get(LABELS) is first[1]
         self.names = _leaf_names(first)
 
-    def check(self, pair: Tuple[Any, torch.Tensor], name: str, index: int) -> None:
-        if self.pair and isinstance(pair[0], torch.Tensor):
-            tensors, structure = list(pair), self.structure
-        else:
-            tensors, structure = flatten(pair)
-        if structure != self.structure:
-            raise DataError("{} item {}: its fields are {} where item 0's are {}".format(
-                name, index, ", ".join(_leaf_names(pair)), ", ".join(self.names)),
-                "every item must have the same fields (the same keys, the same number of "
-                "parts)")
+    def check(self, pair: Tuple[Any, torch.Tensor], where: str) -> None:
+        """A data error naming ``where`` unless ``pair`` has item 0's fields, shapes and
+        dtypes."""
+        tensors = self._tensors(pair, where)
         for what, tensor, (shape, dtype) in zip(self.names, tensors, self.parts):
             if tuple(tensor.shape) != shape or tensor.dtype != dtype:
                 raise DataError(
-                    "{} item {}: its {} is {} of shape {} where item 0's is {} of shape {}"
-                    .format(name, index, what, tensor.dtype, tuple(tensor.shape), dtype,
-                            shape), "every item's input (and target) must have one shape and "
-                    "dtype: pad or resize them in the Dataset (a collate of varying lengths: "
-                    "pad to a fixed length)")
+                    "{}: its {} is {} of shape {} where item 0's is {} of shape {}".format(
+                        where, what, tensor.dtype, tuple(tensor.shape), dtype, shape),
+                    "every item's input (and target) must have one shape and dtype: pad or "
+                    "resize them in the Dataset, or pass a collate_fn that pads each batch "
+                    "(items of varying length)")
+
+    def _tensors(self, pair: Tuple[Any, torch.Tensor], where: str) -> List[torch.Tensor]:
+        """``pair``'s tensors in ``flatten``'s order; a data error unless its fields are
+        those of item 0."""
+        if self.pair and isinstance(pair[0], torch.Tensor):
+            return list(pair)
+        tensors, structure = flatten(pair)
+        if structure != self.structure:
+            raise DataError("{}: its fields are {} where {} are {}".format(
+                where, ", ".join(_leaf_names(pair)), self.first, ", ".join(self.names)),
+                "every item must have the same fields (the same keys, the same number of "
+                "parts)")
+        return tensors
 
     def stack(self, pairs: Sequence[Tuple[Any, torch.Tensor]], pad_to: int) -> Batch:
         """``pairs`` as one batch, each tensor stacked on a new first dimension, then padded
-        to ``pad_to`` rows: zeros, and ``IGNORED_LABEL`` in a row's ``labels``."""
+        to ``pad_to`` rows (``padded``)."""
         columns = list(zip(*(pair if self.pair else flatten(pair)[0] for pair in pairs)))
         stacked = [torch.stack(column) for column in columns] if pairs else [
             torch.zeros((0,) + shape, dtype=dtype) for shape, dtype in self.parts]
-        missing = pad_to - len(pairs)
+        return self.padded(stacked, pad_to)
+
+    def padded(self, stacked: List[torch.Tensor], pad_to: int) -> Batch:
+        """A batch's tensors (``flatten``'s order) padded to ``pad_to`` rows: zeros, and
+        ``IGNORED_LABEL`` in a row's ``labels``; as (input, target)."""
+        missing = pad_to - len(stacked[0])
         if missing > 0:
             stacked = [torch.cat([tensor, tensor.new_full((missing,) + tuple(tensor.shape[1:]),
                                                           self._padding(name))])
@@ -232,6 +254,42 @@ class ItemShape:
         losses ignore (the model computes its loss on the padded batch), else 0."""
         labels = name == "target" or name == "input[{!r}]".format(LABELS)
         return IGNORED_LABEL if self.rows and labels else 0
+
+
+class CollatedShape(ItemShape):
+    """What every batch a ``collate_fn`` makes of a set has: the first batch's structure, dtypes
+    and number of dimensions, one row per item; the sizes past the first dimension may differ
+    from batch to batch (items of varying length, padded by the user). ``parts`` holds the
+    first batch's shapes of one row (a batch's bytes are estimated from them)."""
+
+    first = "the first batch's"
+
+    def __init__(self, first: Tuple[Any, torch.Tensor]) -> None:
+        super().__init__(first)
+        self.pair = False  # a batch is checked as a whole: no per-item fast path
+        self.parts = tuple((shape[1:], dtype) for shape, dtype in self.parts)
+
+    def check_batch(self, pair: Tuple[Any, torch.Tensor], where: str, rows: int) -> None:
+        """A data error naming ``where`` unless ``pair`` has the first batch's fields, dtypes
+        and dimensions, and ``rows`` rows in each tensor."""
+        tensors = self._tensors(pair, where)
+        for what, tensor, (shape, dtype) in zip(self.names, tensors, self.parts):
+            if tensor.dtype != dtype or tensor.dim() != len(shape) + 1:
+                raise DataError(
+                    "{}: its {} is {} of {} dimensions where the first batch's is {} of {}"
+                    .format(where, what, tensor.dtype, tensor.dim(), dtype, len(shape) + 1),
+                    "make collate_fn return each field in one dtype and number of dimensions")
+            if tensor.shape[0] != rows:
+                raise DataError("{}: its {} has {} rows for {} items".format(
+                    where, what, tensor.shape[0], rows), "collate_fn batches every field on "
+                    "its first dimension, one row per item (as default_collate stacks them)")
+
+    def stack(self, pairs: Sequence[Tuple[Any, torch.Tensor]], pad_to: int) -> Batch:
+        """No item at all (a host's piece of a short last batch): ``pad_to`` padding rows of
+        the first batch's shape."""
+        assert not pairs, "collated batches are padded with ``padded``"
+        return self.padded([torch.zeros((0,) + shape, dtype=dtype)
+                            for shape, dtype in self.parts], pad_to)
 
 
 def _leaf_names(pair: Tuple[Any, Any]) -> List[str]:
@@ -276,36 +334,76 @@ def host_random_state(seed: int) -> Iterator[None]:
 
 
 class BatchItems(Dataset):
-    """Item ``i``: the examples ``indices[i]`` of ``dataset`` collated into one batch
-    (``seeds[i]`` seeding the host's random states while they are read)."""
+    """Item ``i``: the examples ``indices[i]`` of ``dataset`` made into one batch, padded to
+    ``pad_to`` rows (``seeds[i]`` seeding the host's random states while they are read and
+    collated): stacked, or where ``collate_fn`` is given, what it makes of the list of items
+    (``CollatedShape`` checks it)."""
 
     def __init__(self, dataset: Any, name: str, shape: ItemShape,
                  indices: Sequence[Sequence[int]], seeds: Sequence[int],
-                 pad_to: int = 0) -> None:
+                 pad_to: int = 0, collate_fn: Optional[Callable] = None) -> None:
         self.dataset, self.name, self.shape = dataset, name, shape
         self.indices, self.seeds, self.pad_to = indices, seeds, pad_to
+        self.collate_fn = collate_fn
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitem__(self, i: int) -> Batch:
+        indices = self.indices[i]
+        if not indices:  # a host's piece of a short last batch may hold no example
+            return self.shape.stack([], self.pad_to)
         with host_random_state(self.seeds[i]):
-            pairs = []
-            for index in self.indices[i]:
-                pair = item_pair(self.dataset, self.name, index)
-                self.shape.check(pair, self.name, index)
-                pairs.append(pair)
-        # A host's piece of a short last batch may hold no example at all.
-        return self.shape.stack(pairs, self.pad_to)
+            if self.collate_fn is not None:
+                pair = collated(self.dataset, self.name, indices, self.collate_fn)
+            else:
+                pairs = [item_pair(self.dataset, self.name, index) for index in indices]
+        if self.collate_fn is None:
+            for index, pair in zip(indices, pairs):
+                self.shape.check(pair, "{} item {}".format(self.name, index))
+            return self.shape.stack(pairs, self.pad_to)
+        self.shape.check_batch(pair, collated_where(self.name, indices), len(indices))
+        return self.shape.padded(flatten(pair)[0], self.pad_to)
 
 
-def first_batch(dataset: Any, name: str, count: int = 2) -> Tuple[ItemShape, Batch]:
-    """The shape of ``dataset``'s items and a batch of its first ``count`` (checked here, in
-    the training process, before anything starts)."""
-    first = item_pair(dataset, name, 0)
-    shape = ItemShape(first)
-    size = len(dataset)
-    batch = BatchItems(dataset, name, shape, [list(range(min(count, size)))], [0])[0]
+def collated_where(name: str, indices: Sequence[int]) -> str:
+    """How error lines name a batch ``collate_fn`` made: by the items it was made of."""
+    shown = ", ".join(str(index) for index in list(indices)[:4])
+    more = ", ..." if len(indices) > 4 else ""
+    return "{}'s collate_fn batch of items {}{}".format(name, shown, more)
+
+
+def collated(dataset: Any, name: str, indices: Sequence[int],
+             collate_fn: Callable) -> Tuple[Any, torch.Tensor]:
+    """``collate_fn`` of items ``indices`` of ``dataset``, as (input, target) (``as_pair``);
+    a ``collate_fn`` that raises is a data error naming the items."""
+    items = [read_item(dataset, name, index) for index in indices]
+    where = collated_where(name, indices)
+    try:
+        batch = collate_fn(items)
+    except TrainerError:
+        raise
+    except Exception as error:  # the user's: a line naming the items, not a trace
+        raise DataError("{}: collate_fn raised {}: {}".format(where, type(error).__name__,
+                                                               _first_line(error)),
+                        "fix collate_fn for those items (it takes a list of the Dataset's "
+                        "items and returns one batch)")
+    return as_pair(batch, where)
+
+
+def first_batch(dataset: Any, name: str, count: int = 2,
+                collate_fn: Optional[Callable] = None) -> Tuple[ItemShape, Batch]:
+    """The shape of ``dataset``'s items (or of ``collate_fn``'s batches) and a batch of its
+    first ``count`` (checked here, in the training process, before anything starts)."""
+    indices = list(range(min(count, len(dataset))))
+    if collate_fn is not None:
+        with host_random_state(0):
+            pair = collated(dataset, name, indices, collate_fn)
+        shape: ItemShape = CollatedShape(pair)
+        shape.check_batch(pair, collated_where(name, indices), len(indices))
+    else:
+        shape = ItemShape(item_pair(dataset, name, 0))
+    batch = BatchItems(dataset, name, shape, [indices], [0], collate_fn=collate_fn)[0]
     return shape, batch
 
 
@@ -318,18 +416,25 @@ class DatasetSource(DataSource):
 
     def __init__(self, train_set: Any, eval_set: Optional[Any], batch_size: int,
                  eval_batch_size: int, seed: int, host: HostPart = WHOLE,
-                 workers: int = 0, devices: int = 1) -> None:
+                 workers: int = 0, devices: int = 1,
+                 collate_fn: Optional[Callable] = None) -> None:
         self.train_set, self.eval_set = train_set, eval_set
+        self.collate_fn = collate_fn
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.seed, self.host, self.workers = seed, host, workers
         self.train_size = dataset_size(train_set, "train_set")
         self.eval_size = 0 if eval_set is None else dataset_size(eval_set, "eval_set")
         # The items first: a set of wrong items is wrong at any batch size.
-        self.train_shape, self.sample = first_batch(train_set, "train_set")
+        self.train_shape, self.sample = first_batch(train_set, "train_set",
+                                                    collate_fn=collate_fn)
         # eval_set's first items too: checked through the model and loss before training
         # (``own_loop.first_step_check``), not after the first epoch.
-        self.eval_shape, self.eval_sample = (first_batch(eval_set, "eval_set")
+        self.eval_shape, self.eval_sample = (first_batch(eval_set, "eval_set",
+                                                         collate_fn=collate_fn)
                                              if eval_set is not None else (None, None))
+        # Batches of a collate_fn's may change shape: each new one is logged (it compiles).
+        self._shapes = {name: BatchShapes(name) for name in ("train_set", "eval_set")
+                        } if collate_fn is not None else {}
         self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set", devices)
         self.eval_steps = -(-self.eval_size // eval_batch_size)
         self.check_shared_memory()
@@ -382,7 +487,8 @@ class DatasetSource(DataSource):
         indices = [order[step * size:(step + 1) * size][mine] for step in steps]
         seeds = [mixed_seed(self.seed, epoch, step) for step in steps]
         return self._load(BatchItems(self.train_set, "train_set", self.train_shape, indices,
-                                     seeds), epoch * _SEED_MIX[0] + start_step)
+                                     seeds, collate_fn=self.collate_fn),
+                          epoch * _SEED_MIX[0] + start_step)
 
     def eval_batches(self) -> Iterator[Batch]:
         if self.eval_set is None:
@@ -394,7 +500,8 @@ class DatasetSource(DataSource):
         pieces = [whole[mine] for whole in indices]
         seeds = [mixed_seed(self.seed, -1 - step) for step in range(self.eval_steps)]
         return self._load(BatchItems(self.eval_set, "eval_set", self.eval_shape, pieces,
-                                     seeds, pad_to=mine.stop - mine.start), -1)
+                                     seeds, pad_to=mine.stop - mine.start,
+                                     collate_fn=self.collate_fn), -1)
 
     def _load(self, items: BatchItems, stream: int) -> Iterator[Batch]:
         from trainer.data.loader import load
@@ -404,11 +511,14 @@ class DatasetSource(DataSource):
         batches = load(items, self.workers, batch_size=None, shuffle=False,
                        generator=generator)
         self._open.append(batches)
-        return self._each(batches)
+        return self._each(batches, self._shapes.get(items.name))
 
-    def _each(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+    def _each(self, batches: Iterator[Batch],
+              shapes: Optional["BatchShapes"] = None) -> Iterator[Batch]:
         try:
             for batch in batches:
+                if shapes is not None:
+                    shapes.see(batch)
                 yield batch
         finally:
             self._close(batches)
@@ -423,6 +533,32 @@ class DatasetSource(DataSource):
     def close(self) -> None:
         for batches in list(self._open):
             self._close(batches)
+
+
+class BatchShapes:
+    """The batch shapes a set's ``collate_fn`` has made so far: each new one is logged (the
+    steps compile once more for it: seconds on the CPU, up to minutes for a large model on a
+    TPU), and past ``MANY`` one warning names the cost and the fix."""
+
+    MANY = 8
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.seen: set = set()
+
+    def see(self, batch: Batch) -> None:
+        tensors = flatten(batch[0])[0]
+        shape = tuple(tuple(tensor.shape) for tensor in tensors)
+        if shape in self.seen:
+            return
+        self.seen.add(shape)
+        log.info("%s: batch shape %d, %s: the steps compile for it once", self.name,
+                 len(self.seen), describe(batch[0]))
+        if len(self.seen) == self.MANY + 1:
+            log.warning("%s: collate_fn has made %d batch shapes, each compiled once: past a "
+                        "few, compiling costs more than it saves; pad to a few fixed lengths "
+                        "(buckets, e.g. multiples of 64 tokens) in collate_fn", self.name,
+                        len(self.seen))
 
 
 def _first_line(error: BaseException) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from trainer import xla
-from trainer.batch_tree import arguments, flatten, micro_batch, unflatten
+from trainer.batch_tree import arguments, flatten, loss_of, micro_batch, unflatten
 from trainer.param_groups import lr_scale
 from trainer.weight_average import WeightAverage
 
@@ -189,7 +189,7 @@ class OneGraphTrainStep:
         buffers = [buffer.clone() for buffer in buffers]
         if self.accumulate == 1:
             with self.autocast():
-                loss = self.loss_fn(self.tensors.call(ordered, buffers, x), y)
+                loss = loss_of(self.loss_fn, self.tensors.call(ordered, buffers, x), x, y)
             gradients = torch.autograd.grad(loss, leaves)
         else:
             loss, gradients = self._accumulated(ordered, buffers, x, y, leaves)
@@ -212,10 +212,10 @@ class OneGraphTrainStep:
         losses: List[torch.Tensor] = []
         gradients: List[torch.Tensor] = []
         for part in range(self.accumulate):
+            x_part, y_part = micro_batch((x, y), part, self.accumulate, self.groups)
             with self.autocast():
-                loss = self.loss_fn(self.tensors.call(ordered, buffers, micro_batch(
-                    x, part, self.accumulate, self.groups)), micro_batch(
-                    y, part, self.accumulate, self.groups))
+                loss = loss_of(self.loss_fn, self.tensors.call(ordered, buffers, x_part),
+                               x_part, y_part)
             found = torch.autograd.grad(loss / self.accumulate, leaves)
             gradients = list(found) if not gradients else [
                 total + more for total, more in zip(gradients, found)]
@@ -224,11 +224,11 @@ class OneGraphTrainStep:
 
 
 class OneGraphEvalStep:
-    """``step(x, y, totals)``: ``count(model(x), y, totals)`` as one graph, where ``totals``
-    is a flat list of device tensors and ``count`` returns their new values."""
+    """``step(x, y, totals)``: ``count(model(x), x, y, totals)`` as one graph, where
+    ``totals`` is a flat list of device tensors and ``count`` returns their new values."""
 
     def __init__(self, model: torch.nn.Module,
-                 count: Callable[[torch.Tensor, torch.Tensor, Tensors], Tensors],
+                 count: Callable[[Any, Any, torch.Tensor, Tensors], Tensors],
                  autocast: Callable[[], Any] = contextlib.nullcontext) -> None:
         self.count, self.autocast = count, autocast
         self.tensors = ModelTensors(model)
@@ -249,7 +249,7 @@ class OneGraphEvalStep:
         with torch.no_grad():
             with self.autocast():
                 scores = self.tensors.call(parameters, buffers, x)
-            return tuple(self.count(scores, y, totals))
+            return tuple(self.count(scores, x, y, totals))
 
 
 def clipped(gradients: Tensors, max_norm: float) -> Tuple[List[torch.Tensor], torch.Tensor]:

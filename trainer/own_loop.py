@@ -1,6 +1,6 @@
 """Your model and data on the trainers' run: ``trainer.train(model, train_set, eval_set=None,
-loss_fn=None, argv=None, metrics=None, param_groups=None)``, called once per process as a
-script's main.
+loss_fn=None, argv=None, metrics=None, param_groups=None, collate_fn=None)``, called once per
+process as a script's main.
 
 The run is ``fit``'s, as ``python -m trainer.mnist`` runs it: SPMD over every local device,
 ``--step_mode``, ``--optimizer``, checkpoints and resume at the exact example, SIGTERM and
@@ -15,7 +15,11 @@ Ctrl-C, the nan guard, metrics, TensorBoard, summary.json, model.pt and profiles
   ``trainer.dataset_source`` batches them: every example once per epoch over the job's hosts,
   the order from ``--seed``, ``--num_workers`` data workers.
 - ``loss_fn(outputs, targets)``: a scalar tensor; default cross-entropy, or for rows the loss
-  the model returns (``outputs.loss``, ``batch_tree.output_loss``).
+  the model returns (``outputs.loss``, ``batch_tree.output_loss``). For rows a ``loss_fn``
+  is called on the whole batch, ``loss_fn(outputs, batch)`` (``batch_tree.BatchLoss``), as
+  Hugging Face's ``compute_loss`` sees it.
+- ``collate_fn``: a function of a list of items returning one batch, for items of varying
+  length (``DatasetSource``); each new batch shape compiles the steps once and is logged.
 - ``metrics``: {name: fn(outputs, targets)}, each a batch's mean, reported over the
   evaluation set (``Steps``).
 - ``param_groups``: [{"params": ..., "lr_scale": ..., "weight_decay": ...}, ...], a rate
@@ -60,7 +64,15 @@ import torch
 import trainer.xla  # noqa: F401  (first of ours, at a fixed point: trainer.startup)
 from trainer import devices
 from trainer import param_groups as trainer_param_groups
-from trainer.batch_tree import call_model, describe, logits_of, output_loss, to_device
+from trainer.batch_tree import (
+    BatchLoss,
+    call_model,
+    describe,
+    logits_of,
+    loss_of,
+    output_loss,
+    to_device,
+)
 from trainer.cli import exit_process, run_parsed
 from trainer.config import TrainConfig
 from trainer.dataset_source import DatasetSource
@@ -71,14 +83,14 @@ from trainer.outputs import OutputPaths
 
 def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
           loss_fn: Optional[Callable] = None, metrics: Optional[Dict[str, Callable]] = None,
-          param_groups: Any = None) -> Dict[str, Any]:
+          param_groups: Any = None, collate_fn: Optional[Callable] = None) -> Dict[str, Any]:
     """``trainer.train`` once its flags are parsed into ``config`` (``trainer.own_flags``):
     the run's summary, or the process ends with the trainers' exit code and one line."""
     summary: Dict[str, Any] = {}
 
     def run(config: TrainConfig, *, paths: OutputPaths) -> Dict[str, Any]:
         summary.update(run_own(config, paths, model, train_set, eval_set, loss_fn, metrics,
-                               param_groups))
+                               param_groups, collate_fn))
         return summary
 
     code = run_parsed(run, config)
@@ -90,11 +102,13 @@ def train(config: TrainConfig, model: Any, train_set: Any, eval_set: Any = None,
 def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
             eval_set: Any, loss_fn: Optional[Callable],
             metrics: Optional[Dict[str, Callable]] = None,
-            param_groups: Any = None) -> Dict[str, Any]:
+            param_groups: Any = None, collate_fn: Optional[Callable] = None) -> Dict[str, Any]:
     """Check the arguments, then ``fit`` them as ``config`` says; returns the summary."""
     check_model(model)
     groups = trainer_param_groups.check(model, param_groups)
     check_loss(loss_fn)
+    check_callable(collate_fn, "collate_fn", "a function of a list of items returning one "
+                   "batch, e.g. one that pads each item's tokens to the batch's longest")
     metrics = check_metrics(metrics)
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
@@ -104,7 +118,7 @@ def run_own(config: TrainConfig, paths: OutputPaths, model: Any, train_set: Any,
     from trainer.data.workers import resolve_workers
 
     source = DatasetSource(train_set, eval_set, batch, eval_batch, config.seed, host,
-                           resolve_workers(config.num_workers), topology.devices)
+                           resolve_workers(config.num_workers), topology.devices, collate_fn)
     loss_fn = check_loss(loss_fn, source.train_shape.rows)
     reports = first_step_check(model, loss_fn, source.sample, metrics=metrics)
     if source.eval_sample is not None:  # other shapes or dtypes: a data error, before training
@@ -128,17 +142,23 @@ def check_model(model: Any) -> None:
                            "gradients", EX_USAGE)
 
 
+def check_callable(value: Any, name: str, hint: str) -> None:
+    """A usage error unless ``value`` is None or callable."""
+    if value is not None and not callable(value):
+        raise TrainerError("{} is a {}, not callable".format(name, type(value).__name__),
+                           "pass " + hint, EX_USAGE)
+
+
 def check_loss(loss_fn: Optional[Callable], rows: bool = False) -> Callable:
-    """``loss_fn``, or for None the loss the model returns (``batch_tree.output_loss``) where
-    the items are dicts (Hugging Face rows, with their ``labels``), else cross-entropy;
-    anything not callable is a usage error."""
+    """``loss_fn``, called on (outputs, targets); where the items are dicts (Hugging Face
+    rows, with their ``labels``) on (outputs, the batch of rows) (``batch_tree.BatchLoss``).
+    For None: for rows the loss the model returns (``batch_tree.output_loss``), else
+    cross-entropy. Anything not callable is a usage error."""
     if loss_fn is None:
         return output_loss if rows else torch.nn.CrossEntropyLoss()
-    if not callable(loss_fn):
-        raise TrainerError("loss_fn is a {}, not callable".format(type(loss_fn).__name__),
-                           "pass a function of (outputs, targets) returning a scalar tensor, "
-                           "e.g. torch.nn.MSELoss(), or None for cross-entropy", EX_USAGE)
-    return loss_fn
+    check_callable(loss_fn, "loss_fn", "a function of (outputs, targets) returning a scalar "
+                   "tensor, e.g. torch.nn.MSELoss(), or None for cross-entropy")
+    return BatchLoss(loss_fn) if rows else loss_fn
 
 
 # What evaluation reports already: a metric of the user's may not take one of these names.
@@ -160,10 +180,8 @@ def check_metrics(metrics: Any) -> Dict[str, Callable]:
             raise TrainerError("metrics key {!r} is not a name of its own".format(name),
                                "name each metric by an identifier other than {}".format(
                                    ", ".join(RESERVED_METRICS)), EX_USAGE)
-        if not callable(function):
-            raise TrainerError("metrics[{!r}] is a {}, not callable".format(
-                name, type(function).__name__), "pass a function of (outputs, targets) "
-                "returning the batch's mean as a scalar tensor", EX_USAGE)
+        check_callable(function, "metrics[{!r}]".format(name), "a function of (outputs, "
+                       "targets) returning the batch's mean as a scalar tensor")
     return dict(metrics)
 
 
@@ -193,13 +211,16 @@ def first_step_check(model: torch.nn.Module, loss_fn: Callable, sample: Any,
                     "the model takes a batch of the items' inputs (N x item shape)" + fix,
                     exit_code)
             try:
-                loss = loss_fn(outputs, y.to(where))
+                loss = loss_of(loss_fn, outputs, to_device(x, where), y.to(where))
             except Exception as error:
+                given = ("the batch of rows {}".format(describe(x))
+                         if isinstance(loss_fn, BatchLoss) else
+                         "targets of {} {}".format(y.dtype, tuple(y.shape)))
                 raise TrainerError(
-                    "loss_fn(outputs, targets of {} {}) failed on {}'s first items: "
-                    "{}: {}".format(y.dtype, tuple(y.shape), name, type(error).__name__,
-                                    _first_line(error)),
-                    "loss_fn takes the model's outputs and a batch of the items' targets" + fix,
+                    "loss_fn(outputs, {}) failed on {}'s first items: {}: {}".format(
+                        given, name, type(error).__name__, _first_line(error)),
+                    "loss_fn takes the model's outputs and a batch of the items' {}".format(
+                        "rows" if isinstance(loss_fn, BatchLoss) else "targets") + fix,
                     exit_code)
             _scalar(loss, "loss_fn", name, "reduction='mean'", fix, exit_code)
             for metric, function in (metrics or {}).items():
@@ -273,9 +294,10 @@ def token_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[Option
     - ``token_accuracy``, the share of the tokens whose label is not negative (-100 is the
       index torch's cross-entropy ignores) whose highest score is their label, where
       ``loss_fn`` is the user's or torch's: the targets are then aligned with the outputs as
-      the loss takes them. Not for a model's own loss (Hugging Face rows): a causal language
-      model's labels are its inputs, shifted inside the model, so position t's scores
-      predict label t + 1 there, and a masked one's do not;
+      the loss takes them. Not for rows (Hugging Face's), whose loss is the model's own or
+      one of the whole batch: a causal language model's labels are its inputs, shifted
+      inside the model or the loss, so position t's scores predict label t + 1 there, and a
+      masked one's do not;
     - ``perplexity``, ``exp`` of the evaluation loss, where that loss is a cross-entropy:
       torch's (``CrossEntropyLoss`` without label smoothing, ``cross_entropy``) or a model's
       own (Hugging Face's language models compute one)."""
@@ -294,7 +316,10 @@ def token_kind(outputs: Any, y: torch.Tensor, loss_fn: Callable) -> Tuple[Option
         size for at, size in enumerate(shape) if at != dim) == tuple(y.shape)]
     if not fitting:
         return None, False
-    return (None if loss_fn is output_loss else fitting[0]), torch_ce or loss_fn is output_loss
+    # Rows (the model's own loss, or one of the batch): how labels meet the scores is the
+    # model's or the loss's business (a causal LM shifts them), not knowable here.
+    rows = loss_fn is output_loss or isinstance(loss_fn, BatchLoss)
+    return (None if rows else fitting[0]), torch_ce or loss_fn is output_loss
 
 
 def _first_line(error: BaseException) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from trainer import xla
-from trainer.batch_tree import call_model, logits_of, micro_batch
+from trainer.batch_tree import call_model, logits_of, loss_of, micro_batch
 from trainer.graph_step import OneGraphEvalStep, OneGraphTrainStep
 from trainer.optim import LearningRate
 from trainer.weight_average import PREFIX as AVERAGED
@@ -219,15 +219,14 @@ class Steps:
         self.optimizer.zero_grad(set_to_none=True)
         if self.accumulate == 1:
             with self.autocast():
-                loss = self.loss_fn(call_model(self.model, x), y)
+                loss = loss_of(self.loss_fn, call_model(self.model, x), x, y)
             loss.backward()
         else:  # the micro-batches' gradients summed into .grad, as eager accumulation does
             losses = []
             for part in range(self.accumulate):
+                x_part, y_part = micro_batch((x, y), part, self.accumulate, self.groups)
                 with self.autocast():
-                    loss = self.loss_fn(call_model(self.model, micro_batch(
-                        x, part, self.accumulate, self.groups)), micro_batch(
-                        y, part, self.accumulate, self.groups))
+                    loss = loss_of(self.loss_fn, call_model(self.model, x_part), x_part, y_part)
                 (loss / self.accumulate).backward()
                 losses.append(loss.detach())
             loss = torch.stack(losses).mean()
@@ -244,14 +243,15 @@ class Steps:
         with torch.no_grad():
             with self.autocast():
                 outputs = call_model(self.model, x)
-            return self._count(outputs, y, totals)
+            return self._count(outputs, x, y, totals)
 
-    def _count(self, outputs: Any, y: torch.Tensor,
+    def _count(self, outputs: Any, x: Any, y: torch.Tensor,
                totals: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """``totals`` (hits for each k, [the loss sum,] then examples seen) plus this
-        batch's, from the model's ``outputs`` (their scores: ``batch_tree.logits_of``)."""
+        batch's, from the model's ``outputs`` (their scores: ``batch_tree.logits_of``) on
+        inputs ``x``."""
         if self.eval_rows is not None and self._rows != len(y):
-            outputs, y = cut_rows(outputs, len(y), self._rows), y[:self._rows]
+            outputs, x, y = cut_rows((outputs, x, y), len(y), self._rows)
         scores = logits_of(outputs)
         correct: List[torch.Tensor] = []
         if self.binary:
@@ -273,7 +273,7 @@ class Steps:
         if self.eval_rows is None:
             return correct + [totals[-1] + (y >= 0).sum()]
         with self.autocast():
-            loss = self.loss_fn(outputs, y)
+            loss = loss_of(self.loss_fn, outputs, x, y)
         sums = totals[len(correct):-1]  # the loss's, then each metric's
         means = [loss] + [function(outputs, y) for function in self.metrics.values()]
         return correct + [total + mean.float() * len(y) for total, mean in zip(sums, means)] + [

@@ -7,6 +7,7 @@ accuracy from its one logit)."""
 
 import collections
 import json
+import logging
 import math
 import re
 
@@ -30,7 +31,7 @@ def pairs(count, seed=0, classes=CLASSES):
 
 
 def train(model, job, loss_fn=None, train_set=None, eval_set=None, metrics=None,
-          param_groups=None, **flags):
+          param_groups=None, collate_fn=None, **flags):
     """The run ``trainer.train`` makes of ``model``: its summary (``job``: the job dir)."""
     settings = dict(data_dir=own_flags.DATA_FROM, batch_size=8, num_epochs=2, lr=0.5,
                     lr_batch=0, warmup_epochs=0, num_workers=0, log_steps=0,
@@ -39,7 +40,7 @@ def train(model, job, loss_fn=None, train_set=None, eval_set=None, metrics=None,
     config = TrainConfig(**settings)
     return own_loop.run_own(config, OutputPaths.resolve(config.job_dir, {}), model,
                             train_set or pairs(48), eval_set or pairs(16, seed=1), loss_fn,
-                            metrics, param_groups)
+                            metrics, param_groups, collate_fn)
 
 
 class FrozenBackbone(torch.nn.Module):
@@ -654,6 +655,103 @@ def test_token_scores_are_found_on_the_dimension_the_loss_takes(outputs, labels,
                                                                  expected):
     assert own_loop.token_kind(outputs, labels, loss) == expected
 
+
+# --- items of varying length ---------------------------------------------------------------
+
+class Sentences(torch.utils.data.Dataset):
+    """Hugging Face style rows of varying length: ``input_ids`` of 2 to 7 tokens, and as
+    ``labels`` each token's successor mod the vocabulary (next-token targets)."""
+
+    def __init__(self, count, seed):
+        generator = torch.Generator().manual_seed(seed)
+        self.ids = [torch.randint(0, VOCABULARY, (int(length),), generator=generator)
+                    for length in torch.randint(2, 8, (count,), generator=generator)]
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, index):
+        return {"input_ids": self.ids[index], "labels": (self.ids[index] + 1) % VOCABULARY}
+
+
+def pad_to_longest(rows):
+    """A collate_fn as Hugging Face's collators pad: to the batch's longest item, ids with
+    0, labels with -100, and an attention mask."""
+    longest = max(len(row["input_ids"]) for row in rows)
+
+    def padded(tensor, value):
+        return torch.cat([tensor, tensor.new_full((longest - len(tensor),), value)])
+
+    return {"input_ids": torch.stack([padded(row["input_ids"], 0) for row in rows]),
+            "labels": torch.stack([padded(row["labels"], -100) for row in rows]),
+            "attention_mask": torch.stack([padded(torch.ones_like(row["input_ids"]), 0)
+                                           for row in rows])}
+
+
+class TokenScorer(torch.nn.Module):
+    """A Hugging Face style language model without a loss of its own: logits N x T x C."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(VOCABULARY, 16)
+        self.head = torch.nn.Linear(16, VOCABULARY)
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        return ModelOutput(logits=self.head(torch.tanh(self.embed(input_ids))))
+
+
+def masked_token_loss(outputs, batch):
+    """A loss of the whole batch (what Hugging Face's ``compute_loss`` sees): the mean
+    cross-entropy over the tokens the attention mask keeps."""
+    per_token = torch.nn.functional.cross_entropy(
+        outputs.logits.transpose(1, 2), batch["labels"].clamp(min=0), reduction="none")
+    mask = batch["attention_mask"].float()
+    return (per_token * mask).sum() / mask.sum().clamp(min=1)
+
+
+@pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
+def test_items_of_varying_length_train_through_a_collate_fn_and_a_loss_of_the_batch(
+        tmp_path, step_mode, caplog):
+    """collate_fn pads each batch to its longest item, so the batches' shapes vary: each new
+    one compiles once and is logged. A loss_fn given for rows is called on the whole batch
+    (its attention mask here)."""
+    varying_length_run(tmp_path, caplog, step_mode=step_mode)
+
+
+@pytest.mark.spmd
+def test_on_four_devices_batches_of_varying_length_are_split_and_the_padded_one_cut(
+        tmp_path, caplog):
+    """The same global batches (2 rows a device) under SPMD: each shape split over the
+    devices along its rows, the padded evaluation batch cut to its real rows."""
+    assert varying_length_run(tmp_path, caplog, batch_size=2)["devices"] == 4
+
+
+def varying_length_run(tmp_path, caplog, **flags):
+    """Trains ``TokenScorer`` on ``Sentences`` through ``pad_to_longest`` and
+    ``masked_token_loss`` (global batches of 8): the evaluation loss is the example-weighted
+    mean over the batches as the host computes it with the trained model, 13 rows in batches
+    of 8, the second cut to its 5 (float32 sums of 13 terms: within 1e-5 relative)."""
+    model = TokenScorer()
+    evaluation = Sentences(13, seed=1)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        summary = train(model, tmp_path / "job", masked_token_loss, Sentences(64, 0),
+                        evaluation, lr=1.0, num_epochs=2, collate_fn=pad_to_longest, **flags)
+    model = model.cpu().eval()
+    with torch.no_grad():
+        losses = [float(masked_token_loss(model(**batch), batch)) * len(batch["labels"])
+                  for batch in (pad_to_longest([evaluation[i] for i in range(8)]),
+                                pad_to_longest([evaluation[i] for i in range(8, 13)]))]
+    assert summary["final_eval_loss"] == pytest.approx(sum(losses) / 13, rel=1e-5)
+    assert summary["final_eval_loss"] < math.log(VOCABULARY)  # it learnt
+    shapes = [record.getMessage() for record in caplog.records
+              if "batch shape" in record.getMessage()]
+    assert any(line.startswith("train_set: batch shape 2, ") for line in shapes)
+    assert any(line.startswith("eval_set: batch shape 1, ") for line in shapes)
+    return summary
+
+
+# --- your own metrics, reported -----------------------------------------------------------------
 
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
 def test_your_metrics_are_example_weighted_over_the_real_rows_and_tunable_by_name(

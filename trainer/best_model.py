@@ -5,11 +5,13 @@ last (Lightning's ``ModelCheckpoint(monitor=...)``, Hugging Face's
 After each evaluation that reports ``NAME`` (``top1``, ``top5``, ``accuracy``,
 ``token_accuracy``, ``loss``, ``perplexity``, or a metric of ``trainer.train(metrics=...)``)
 better than every one before, in this run and the runs it resumed: the weights are written to
-``model-best.pt`` in the job dir (as ``model.pt`` is, through a temporary file and a rename)
-and ``best.json`` says which evaluation it was (``{"metric", "mode", "value", "epoch",
-"step"}``). ``max`` is the default but for ``loss`` and ``perplexity`` (``min``). A tie keeps
-the earlier. A name the evaluation does not report is a usage error before training (exit
-64).
+``model-best.pt`` in the job dir (as ``model.pt`` is, through a temporary file and a rename),
+the run's checkpoint of that step is kept out of the rotation of ``--keep_checkpoints``
+(``fit``: written then, where the epoch's end wrote none), to resume or fine-tune from, and
+``best.json`` says which evaluation it was (``{"metric", "mode", "value", "epoch", "step",
+"checkpoint"}``, the last the checkpoint's file name, null without checkpoints). ``max`` is
+the default but for ``loss`` and ``perplexity`` (``min``). A tie keeps the earlier. A name the
+evaluation does not report is a usage error before training (exit 64).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from trainer.errors import EX_USAGE, TrainerError
 
@@ -68,18 +70,21 @@ class BestModel:
                                "name one of them", EX_USAGE)
         self.spec, self.model_dir = spec, model_dir
         self.value: Optional[float] = None
+        self.step: Optional[int] = None  # the best evaluation's step
         earlier = self._recorded()
         if earlier is not None:  # a resumed run competes with the runs before it
-            self.value = earlier
+            self.value, self.step = earlier
 
     def consider(self, results: Dict[str, float], epoch: int, step: int,
-                 weights: Callable[[], Dict[str, Any]]) -> bool:
+                 weights: Callable[[], Dict[str, Any]],
+                 checkpoint: Optional[str] = None) -> bool:
         """After an evaluation: ``weights()`` written as the best where ``results`` beat every
-        evaluation before; whether they did."""
+        evaluation before (``checkpoint``: the file name of the run's checkpoint of ``step``,
+        which the caller keeps); whether they did."""
         value = results.get(self.spec.name)
         if value is None or not self.spec.better(value, self.value):
             return False
-        self.value = value
+        self.value, self.step = value, step
         state = weights()  # every process: fetching the weights may take them all
         if self.model_dir is not None:
             from trainer.checkpoints import save_state, size_of
@@ -87,15 +92,16 @@ class BestModel:
             self.model_dir.write_file(BEST_MODEL, lambda stream: save_state(state, stream),
                                       needs=size_of(state))
             record = {"metric": self.spec.name, "mode": self.spec.mode, "value": value,
-                      "epoch": epoch, "step": step}
+                      "epoch": epoch, "step": step, "checkpoint": checkpoint}
             self.model_dir.write_bytes(BEST_RECORD, (json.dumps(record, sort_keys=True)
                                                      + "\n").encode())
         log.info("best %s so far (%s): %.6g after epoch %d: %s", self.spec.name,
                  self.spec.mode, value, epoch, BEST_MODEL)
         return True
 
-    def _recorded(self) -> Optional[float]:
-        """The value ``best.json`` holds for this metric and mode, if a run before wrote it."""
+    def _recorded(self) -> Optional[Tuple[float, Optional[int]]]:
+        """(the value, the step) ``best.json`` holds for this metric and mode, if a run before
+        wrote it."""
         if self.model_dir is None or not self.model_dir.exists(BEST_RECORD):
             return None
         try:
@@ -105,5 +111,7 @@ class BestModel:
         if (not isinstance(record, dict) or record.get("metric") != self.spec.name
                 or record.get("mode") != self.spec.mode):
             return None
-        value = record.get("value")
-        return float(value) if isinstance(value, (int, float)) else None
+        value, step = record.get("value"), record.get("step")
+        if not isinstance(value, (int, float)):
+            return None
+        return float(value), step if isinstance(step, int) else None

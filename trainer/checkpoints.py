@@ -47,7 +47,8 @@ def checkpoint_name(step: int) -> str:
 
 
 class CheckpointStore:
-    """Checkpoints ``ckpt-<step>.pt`` in ``directory``; ``keep`` newest are retained."""
+    """Checkpoints ``ckpt-<step>.pt`` in ``directory``; ``keep`` newest are retained, and the
+    one of the step ``kept`` names (``--keep_best``'s) besides."""
 
     def __init__(self, directory: Directory, keep: int = 3, writes: bool = True) -> None:
         """``writes``: False for a process that only reads (one host of a slice that another
@@ -58,6 +59,9 @@ class CheckpointStore:
             directory.remove_stale_temporaries()
         # Tensors a checkpoint may hold nan or inf in (``divergence.given_non_finite``).
         self.allowed_non_finite: Collection[str] = ()
+        # A step whose checkpoint the rotation leaves (the best evaluation's), or None. Read
+        # by the background writer's rotation: rebound, never changed in place.
+        self.kept: Optional[int] = None
 
     def steps(self):
         """Steps with a checkpoint, oldest first."""
@@ -77,8 +81,10 @@ class CheckpointStore:
                                   needs=size_of(state))
         # Rotation among this step and earlier ones only: a later checkpoint is another
         # run's progress (or this one's, if its restore went wrong), never ours to delete.
+        kept = self.kept
         for old in [earlier for earlier in self.steps() if earlier <= step][:-self.keep]:
-            self.directory.delete(checkpoint_name(old))
+            if old != kept:
+                self.directory.delete(checkpoint_name(old))
         return self.uri(step)
 
     def load_latest(self) -> Optional[Tuple[int, Dict[str, Any]]]:

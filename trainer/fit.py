@@ -140,6 +140,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes), paths.resume)))
         run.best = best_model(config, outputs, steps)
+        if run.best is not None and run.best.step is not None:  # a resumed run's best so far
+            checkpoints.keep_also(run.best.step)
         checkpoints.this_process = lambda: _this_process(
             run, checkpoints, outputs.steps_past_resume, spec.data.batch_size)
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
@@ -372,12 +374,19 @@ class _Run:
             raise _stopped(" while evaluating epoch {}".format(state.epoch),
                            self.checkpoints.save_final(state, self.outputs), state, self.resume)
         _log_epoch(state, accuracy, self.outputs, self.job_damaged(state.epoch - 1))
-        if self.best is not None:
-            self.best.consider(accuracy, state.epoch, state.global_step, self._weights_of(
-                self.best.spec.name))
+        if self.best is not None and self.best.consider(
+                accuracy, state.epoch, state.global_step, self._weights_of(self.best.spec.name),
+                self.checkpoints.name(state.global_step)):
+            self.keep_best_checkpoint()
         self.outputs.flush(background=True)
         return accuracy
 
+
+    def keep_best_checkpoint(self) -> None:
+        """The best evaluation's checkpoint kept out of the rotation (``--keep_best``), written
+        now where the epoch's end wrote none (the weights are the ones evaluated)."""
+        self.checkpoints.save(self.state, self.outputs)  # no write where it is saved already
+        self.checkpoints.keep_also(self.state.global_step)
 
     def job_damaged(self, epoch: int) -> Dict[str, int]:
         """``DataSource.damaged_images`` of ``epoch`` summed over the job's hosts (at an

@@ -18,7 +18,7 @@ import torch
 
 from trainer import stop_signal, xla
 from trainer.checkpoint_writer import BackgroundWriter
-from trainer.checkpoints import CheckpointStore, mismatch, to_cpu
+from trainer.checkpoints import CheckpointStore, checkpoint_name, mismatch, to_cpu
 from trainer.devices import ONE_DEVICE, Topology
 from trainer.divergence import check_loss, check_state
 from trainer.errors import EX_USAGE, DataError, TrainerError
@@ -239,6 +239,16 @@ class RunCheckpoints:
         self.saved_step, self.saved_at = state.global_step, time.monotonic()
         self.seconds += time.perf_counter() - started
         return uri
+
+    def name(self, step: int) -> Optional[str]:
+        """The file name of the checkpoint of ``step``, None without checkpoints."""
+        return None if self.store is None else checkpoint_name(step)
+
+    def keep_also(self, step: int) -> None:
+        """Keep the checkpoint of ``step`` beside the newest ``--keep_checkpoints`` (the best
+        evaluation's: ``--keep_best``); the one kept before goes with the rotation."""
+        if self.store is not None:
+            self.store.kept = step
 
     def job_totals(self) -> JobTotals:
         """The job's totals now: the restored checkpoint's plus this process's."""

@@ -33,12 +33,14 @@ def test_only_a_better_evaluation_is_written_and_a_resumed_run_competes_with_the
         tmp_path):
     folder = open_dir(str(tmp_path))
     keeper = BestModel(parse_best("mae:min"), folder, ["loss", "mae"])
-    assert keeper.consider({"mae": 2.0}, 1, 10, weights(1))
+    assert keeper.consider({"mae": 2.0}, 1, 10, weights(1), "ckpt-000000010.pt")
     assert not keeper.consider({"mae": 3.0}, 2, 20, weights(2))  # worse
     assert not keeper.consider({"mae": 2.0}, 3, 30, weights(3))  # a tie keeps the earlier
     record = json.loads((tmp_path / "best.json").read_text())
-    assert record == {"metric": "mae", "mode": "min", "value": 2.0, "epoch": 1, "step": 10}
+    assert record == {"metric": "mae", "mode": "min", "value": 2.0, "epoch": 1, "step": 10,
+                      "checkpoint": "ckpt-000000010.pt"}
     resumed = BestModel(parse_best("mae:min"), folder, ["loss", "mae"])
+    assert (resumed.value, resumed.step) == (2.0, 10)  # the run keeps that checkpoint (fit)
     assert not resumed.consider({"mae": 2.5}, 4, 40, weights(4))
     assert resumed.consider({"mae": 1.5}, 5, 50, weights(5))
     assert torch.equal(torch.load(str(tmp_path / "model-best.pt"))["w"], torch.full((2,), 5.0))

@@ -36,6 +36,21 @@ def test_keeps_the_newest_k(tmp_path):
     step, loaded = store.load_latest()
     assert step == 30 and torch.equal(loaded["model"]["w"], torch.full((3,), 30.0))
 
+
+def test_the_kept_step_stays_beside_the_newest_k_until_another_is_kept(tmp_path):
+    """--keep_best's checkpoint: out of the rotation while it is kept, then rotated as any."""
+    store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=2)
+    store.save(10, state(10))
+    store.kept = 10
+    for step in (20, 30, 40):
+        store.save(step, state(step))
+    assert store.steps() == [10, 30, 40]
+    store.kept = 30
+    store.save(50, state(50))
+    assert store.steps() == [30, 40, 50]
+    store.save(60, state(60))
+    assert store.steps() == [30, 50, 60]
+
 def test_truncated_or_corrupt_newest_is_skipped(tmp_path, caplog):
     store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=5)
     for step in (1, 2, 3):

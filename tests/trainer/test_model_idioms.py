@@ -15,10 +15,12 @@ import pytest
 import torch
 
 from trainer import own_flags, own_loop
+from trainer.checkpoints import CheckpointStore
 from trainer.config import TrainConfig
 from trainer.errors import DataError, TrainerError
 from trainer.outputs import OutputPaths
 from trainer.own_loop import accuracy_kind
+from trainer.storage import LocalDirectory
 
 FEATURES, CLASSES = 6, 3
 
@@ -801,18 +803,24 @@ def test_a_metric_that_cannot_be_reported_is_one_line_before_training(tmp_path, 
 
 # --- the best model kept -------------------------------------------------------------------------
 
-def test_keep_best_keeps_the_weights_of_the_best_evaluation_and_says_which(tmp_path):
+@pytest.mark.parametrize("checkpoint_epochs", [1, 0])
+def test_keep_best_keeps_the_weights_and_checkpoint_of_the_best_evaluation_and_says_which(
+        tmp_path, checkpoint_epochs):
     """--keep_best=mae:min (Lightning's ModelCheckpoint(monitor="mae", mode="min")): after 4
     epochs at a rate that overshoots (its best evaluation is not its last), model-best.pt
     holds the weights whose evaluation was the lowest, which best.json names; evaluated
-    directly they give its mae (float32 sums of 13 terms: within 1e-5 relative)."""
+    directly they give its mae (float32 sums of 13 terms: within 1e-5 relative). Its
+    checkpoint stays beside the newest --keep_checkpoints=1, written at the evaluation where
+    the epoch's end wrote none (--checkpoint_epochs=0: only the last), and holds those
+    weights."""
     torch.manual_seed(0)
     job = tmp_path / "job"
     evaluation = regression(13, seed=1)
     mae = {"mae": lambda outputs, targets: (outputs - targets).abs().mean()}
     train(torch.nn.Linear(FEATURES, 1), job, loss_fn=torch.nn.MSELoss(),
           train_set=regression(48, 0), eval_set=evaluation, metrics=mae, num_epochs=4,
-          lr=0.6, keep_best="mae:min")
+          lr=0.6, keep_best="mae:min", keep_checkpoints=1,
+          checkpoint_epochs=checkpoint_epochs)
     evaluations = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()
                    if json.loads(line)["kind"] == "eval"]
     best = min(evaluations, key=lambda record: record["mae"])
@@ -821,13 +829,19 @@ def test_keep_best_keeps_the_weights_of_the_best_evaluation_and_says_which(tmp_p
     assert record["value"] == pytest.approx(best["mae"], rel=1e-6)
     assert record["epoch"] < 4  # not the last weights: model.pt's differ
     final = torch.load(str(job / "model.pt"), weights_only=False)
-    assert not torch.equal(final["weight"], torch.load(str(job / "model-best.pt"),
-                                                       weights_only=False)["weight"])
+    kept = torch.load(str(job / "model-best.pt"), weights_only=False)
+    assert not torch.equal(final["weight"], kept["weight"])
     model = torch.nn.Linear(FEATURES, 1)
-    model.load_state_dict(torch.load(str(job / "model-best.pt"), weights_only=False))
+    model.load_state_dict(kept)
     x, y = evaluation.tensors
     with torch.no_grad():
         assert (model(x) - y).abs().mean().item() == pytest.approx(record["value"], rel=1e-5)
+    checkpoints = sorted(path.name for path in (job / "checkpoints").glob("ckpt-*.pt"))
+    assert checkpoints == [record["checkpoint"], "ckpt-{:09d}.pt".format(4 * 6)]
+    saved = CheckpointStore(LocalDirectory(str(job / "checkpoints")))._opened(
+        record["checkpoint"], (job / "checkpoints" / record["checkpoint"]).read_bytes())[0]
+    assert saved["step"] == record["step"] and torch.equal(saved["model"]["weight"],
+                                                           kept["weight"])
 
 
 @pytest.mark.parametrize("keep_best, text", [

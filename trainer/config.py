@@ -284,7 +284,8 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                          "2.x); empty: none",
         "keep_checkpoints": "how many newest checkpoints to keep",
         "keep_best": "NAME[:max|min]: also keep the model of the best evaluation so far as "
-                     "model-best.pt (best.json says which), by a figure the evaluation reports "
+                     "model-best.pt and its checkpoint beside the newest --keep_checkpoints "
+                     "(best.json says which), by a figure the evaluation reports "
                      "(top1, top5, accuracy, loss or a metric of trainer.train's metrics=); "
                      "max, but min for loss; empty: none",
         "hypertune_metric": "the tag hyperparameter tuning reads: where it names a figure the "

@@ -79,6 +79,8 @@ class TrainConfig:
     ema_decay: float = 0.0
     max_bad_images: str = "0.1%"
     keep_best: str = ""
+    sharding: str = "dp"
+    mesh: str = ""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -153,6 +155,9 @@ class TrainConfig:
         from trainer.best_model import parse_best
 
         parse_best(self.keep_best)
+        from trainer.parallel.mesh import check_flags
+
+        check_flags(self.sharding, self.mesh)
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
                 self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "
@@ -311,6 +316,11 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                      "torch_xla 2.x)",
         "compile_cache": "folder or gs:// URI of the persistent compilation cache, shared by "
                          "trials; default: compile-cache/ in the job dir; none: off",
+        "sharding": "how the devices hold the model: dp (each whole), fsdp (parameters, "
+                    "gradients and optimizer state split over the devices) or auto (fsdp "
+                    "where the replicated state would take over half a chip's memory)",
+        "mesh": "with --sharding=fsdp: data:D,fsdp:F, the devices as D groups of F that each "
+                "split the model (default: fsdp over every device)",
     }
     for name, help_text in helps.items():
         if name in exclude:

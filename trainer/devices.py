@@ -157,11 +157,14 @@ def batch_layout(batch_size: int, eval_batch_size: int, topology: Topology
             HostPart(*topology.host_part()))
 
 
-def batch_sharding(topology: Topology) -> Optional[xla.BatchSharding]:
-    """How the device loader splits batches for ``topology`` (None: one device, no split)."""
+def batch_sharding(topology: Topology, fsdp: int = 1) -> Optional[xla.BatchSharding]:
+    """How the device loader splits batches for ``topology`` (None: one device, no split);
+    ``fsdp``: the mesh's ``fsdp`` axis (``trainer.parallel.mesh``), over which parameters
+    may be split too."""
     if not topology.spmd:
         return None
-    return xla.BatchSharding(topology.devices, host_part=topology.process_count > 1)
+    return xla.BatchSharding(topology.devices, host_part=topology.process_count > 1,
+                             fsdp=fsdp)
 
 
 class Agreed(NamedTuple):

@@ -35,6 +35,8 @@ from trainer.job_totals import JobTotals
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
 from trainer.optim import build_optimizer
 from trainer.outputs import STOP, OutputPaths, RunOutputs
+from trainer.parallel.fsdp import ShardPlan
+from trainer.parallel.place import follow_parameters, place_model
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
@@ -92,6 +94,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         # Read on the host, before the move: buffers given as nan or inf (a -inf mask).
         given_non_finite = divergence.given_non_finite(spec.model)
         model = tied_weights.to_device(spec.model, dev)  # tied parameters stay one
+        # --sharding: the parameters split over the mesh before anything holds copies of them.
+        sharding, shard_plan = place_model(config, model, topology, dev)
         # A loss that is a Module may hold tensors (CrossEntropyLoss(weight=...)): with the model.
         loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, torch.nn.Module) \
             else spec.loss_fn
@@ -111,6 +115,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         state = LoopState()
         train_steps = config.train_steps(steps_per_epoch)
         restored_total = checkpoints.resume(state, train_steps)
+        if shard_plan is not None:  # restored whole, made by clones: split as their parameters
+            follow_parameters(optimizer, steps.average)
         outputs = scratch.enter_context(RunOutputs(paths, resume_step=state.global_step,
                                                    hypertune_tag=config.hypertune_metric,
                                                    writes=writes, uploads=checkpoints.writer))
@@ -130,7 +136,6 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                  learning_rate.peak, "--lr={:g} x {} / --lr_batch={}".format(
                      config.lr, spec.data.batch_size, config.lr_batch)
                  if config.lr_batch else "--lr as given: --lr_batch=0")
-        sharding = devices.batch_sharding(topology)
         profile = ProfileWindow.for_run(parse_profile_steps(config.profile_steps),
                                         paths.tensorboard_dir, outputs.tensorboard_folder,
                                         outputs.flush)
@@ -190,6 +195,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        grad_accum_steps=config.grad_accum_steps,
                        global_batch=spec.data.batch_size,
                        learning_rate=steps.learning_rate.peak, precision=config.precision,
+                       sharding="fsdp" if shard_plan is not None else "dp",
+                       model_state_bytes=_state_bytes(steps, shard_plan),
                        job=job.summary(outputs.stops))
         # The job's, as of the last evaluation (the last epoch is always evaluated); this
         # host's own where nothing was evaluated.
@@ -412,6 +419,20 @@ class _Run:
                     return to_cpu(model.state_dict(), xla.to_host)
             return to_cpu(model.state_dict(), xla.to_host)
         return weights
+
+
+def _state_bytes(steps: Steps, plan: Optional[ShardPlan]) -> Dict[str, int]:
+    """The model state's bytes, ``whole`` and ``per_device`` (FSDP's plan), and
+    ``per_device_measured``: the parameters, optimizer state and averages as the first device
+    holds them at the end (gradients are transient: not there)."""
+    slots = [value for group in steps.optimizer.param_groups for parameter in group["params"]
+             for value in steps.optimizer.state.get(parameter, {}).values()
+             if isinstance(value, torch.Tensor) and value.dim() > 0]
+    held = list(steps.model.parameters()) + slots + (
+        list(steps.average.averages) if steps.average is not None else [])
+    per_device, whole = plan.state_bytes() if plan is not None else (None, None)
+    return {"per_device": per_device, "whole": whole,
+            "per_device_measured": xla.device_bytes(held)}
 
 
 def best_model(config: TrainConfig, outputs: RunOutputs, steps: Steps

@@ -438,8 +438,9 @@ def _slot(optimizer: torch.optim.Optimizer, parameter: torch.Tensor, key: str) -
     """``optimizer.state[parameter][key]``, zeros first where there is none yet (uploaded:
     zeros made on the device would be one more graph to compile)."""
     state = optimizer.state[parameter]
-    if state.get(key) is None:
-        state[key] = torch.zeros(parameter.shape, dtype=parameter.dtype).to(parameter.device)
+    if state.get(key) is None:  # split as the parameter is (FSDP): no second compile for it
+        state[key] = xla.shard_like(
+            torch.zeros(parameter.shape, dtype=parameter.dtype).to(parameter.device), parameter)
     return state[key]
 
 

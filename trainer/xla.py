@@ -92,11 +92,18 @@ def set_rng_state(seed: int, dev: torch.device) -> None:
 def to_host(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     """CPU copies of ``tensors``, in order: those on an XLA device fetched together (one
     request for all, as torch_xla's own ``xm.save`` does in 1.x and 2.x, where ``.cpu()``
-    on each waits for each in turn), the others cloned."""
-    on_device = [tensor for tensor in tensors if tensor.device.type == "xla"]
+    on each waits for each in turn), sharded ones put together from their shards where this
+    process holds them all (``_assembled``), the others cloned."""
+    split = [sharded(tensor) for tensor in tensors]
+    if any(split) and process_place()[1] > 1:  # some shards are other hosts': fetch whole
+        split = [False] * len(tensors)
+    pieces = [tensor for tensor, apart in zip(tensors, split) if apart]
+    on_device = [tensor for tensor, apart in zip(tensors, split)
+                 if tensor.device.type == "xla" and not apart]
+    assembled = iter(_assembled(pieces) if pieces else [])
     fetched = iter(torch_xla._XLAC._xla_get_cpu_tensors(on_device) if on_device else [])
-    return [next(fetched) if tensor.device.type == "xla" else tensor.detach().clone()
-            for tensor in tensors]
+    return [next(assembled) if apart else next(fetched) if tensor.device.type == "xla"
+            else tensor.detach().clone() for tensor, apart in zip(tensors, split)]
 
 
 def device_loader(batches: Iterable, dev: torch.device, path: str = LAZY,
@@ -396,24 +403,33 @@ def enable_spmd() -> None:
 
 class BatchSharding:
     """How the device loader places a batch under SPMD: every tensor split along its first
-    (batch) dimension over the mesh's one ``data`` axis, whatever its rank (images and labels
-    alike), the rest replicated. ``host_part``: each process supplies only its own devices'
-    part of the global batch (a multi-host slice), which the runtime joins into one tensor.
-    Duck-typed as torch_xla's ``ShardingSpec``, which fits tensors of one rank only."""
+    (batch) dimension over every device, whatever its rank (images and labels alike), the
+    rest replicated. ``host_part``: each process supplies only its own devices' part of the
+    global batch (a multi-host slice), which the runtime joins into one tensor.
+    Duck-typed as torch_xla's ``ShardingSpec``, which fits tensors of one rank only.
 
-    def __init__(self, devices: int, host_part: bool) -> None:
+    ``fsdp`` > 1 (``--sharding=fsdp``): the mesh is ``data`` x ``fsdp`` (``trainer.parallel``),
+    the batch's rows split over both axes, and ``shard`` splits a parameter over ``fsdp``."""
+
+    def __init__(self, devices: int, host_part: bool, fsdp: int = 1) -> None:
         import numpy
         import torch_xla.distributed.spmd as xs
 
         self._xs = xs
-        self.mesh = xs.Mesh(numpy.arange(devices), (devices,), ("data",))
+        if fsdp > 1:
+            self.mesh = xs.Mesh(numpy.arange(devices), (devices // fsdp, fsdp),
+                                ("data", "fsdp"))
+            self._rows: Any = ("data", "fsdp")
+        else:
+            self.mesh = xs.Mesh(numpy.arange(devices), (devices,), ("data",))
+            self._rows = "data"
         self.minibatch = host_part
         self._by_rank: Dict[int, Any] = {}
 
     def spec(self, rank: int) -> Any:
         if rank not in self._by_rank:
             self._by_rank[rank] = self._xs.ShardingSpec(
-                self.mesh, ("data",) + (None,) * (rank - 1), minibatch=self.minibatch)
+                self.mesh, (self._rows,) + (None,) * (rank - 1), minibatch=self.minibatch)
         return self._by_rank[rank]
 
     def xla_spec(self, tensor: torch.Tensor) -> Any:
@@ -425,6 +441,63 @@ class BatchSharding:
         """One host tensor onto ``dev``, sharded like a batch."""
         return torch_xla._XLAC._xla_tensors_from_aten([tensor], [str(dev)],
                                                      [self.xla_spec(tensor)])[0]
+
+    def shard(self, tensor: torch.Tensor, dim: int) -> None:
+        """Split ``tensor`` (on the device) along ``dim`` over the ``fsdp`` axis, whole over
+        ``data``; where it is (a parameter stays the same object)."""
+        self._xs.mark_sharding(tensor, self.mesh,
+                               tuple("fsdp" if at == dim else None for at in range(tensor.dim())))
+
+
+def sharded(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` (on an XLA device) is split over devices, not whole on each (never
+    on torch_xla 1.x, which has no SPMD)."""
+    spec_of = getattr(torch_xla._XLAC, "_get_xla_sharding_spec", None)
+    if spec_of is None or tensor.device.type != "xla":
+        return False
+    return spec_of(tensor).startswith("{devices=")
+
+
+def shard_like(tensor: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """``tensor`` split over the devices as ``reference`` is (optimizer state made or restored
+    for a sharded parameter: whole on each device, it would take the memory sharding saves,
+    and the compiled step would compile again for it); as it is where ``reference`` is
+    whole. Returns ``tensor``."""
+    if sharded(reference) and tensor.shape == reference.shape:
+        torch_xla._XLAC._xla_mark_sharding(tensor,
+                                           torch_xla._XLAC._get_xla_op_sharding(reference))
+    return tensor
+
+
+def device_bytes(tensors: Sequence[torch.Tensor]) -> int:
+    """The bytes ``tensors`` take on this process's first device: a sharded tensor's shard
+    there, a whole one whole."""
+    total = 0
+    for tensor in tensors:
+        if sharded(tensor):
+            piece = torch_xla._XLAC._get_local_shards([tensor])[0][0][0]
+            total += piece.numel() * piece.element_size()
+        else:
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _assembled(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Whole CPU copies of sharded ``tensors`` whose shards are all on this process's devices,
+    put together from the shards on the host: fetching them whole instead compiles a gather
+    per tensor, at every checkpoint again (torch_xla 2.9)."""
+    shards = torch_xla._XLAC._get_local_shards(tensors)
+    places = torch_xla._XLAC._get_local_shard_replica_and_indices(tensors)
+    wholes = []
+    for tensor, pieces, where in zip(tensors, shards, places):
+        whole = torch.empty(tuple(tensor.shape), dtype=tensor.dtype)
+        for (piece, _), (replica, index) in zip(pieces, where):
+            if replica == 0:
+                region = whole[tuple(index)]
+                # A last shard may be padded past the tensor's end: its region is shorter.
+                region.copy_(piece[tuple(slice(0, size) for size in region.shape)])
+        wholes.append(whole)
+    return wholes
 
 
 # --- the profiler (``trainer.profiling`` decides when) --------------------------------------

@@ -157,14 +157,18 @@ def test_the_lockstep_wait_for_the_steps_is_compute_not_input(tmp_path, caplog):
     assert len(train) == 4 and all(record["input_wait"] < 0.5 for record in train[1:]), train
 
 
-@pytest.mark.parametrize("step_mode", ["compiled", "lazy"])
-def test_imagenet_trains_on_the_four_devices(step_mode):
+@pytest.mark.parametrize("step_mode, sharding", [("compiled", "dp"), ("lazy", "dp"),
+                                                  ("compiled", "fsdp")])
+def test_imagenet_trains_on_the_four_devices(step_mode, sharding):
+    """--sharding=fsdp too: ResNet-18's convolutions split on their output channels, the
+    batch-norm statistics (buffers) whole; a step is still one execution."""
     summary = imagenet.run(TrainConfig(fake_data=True, model="resnet18", image_size=32,
                                        num_epochs=1, num_steps=2, batch_size=2, log_steps=1,
-                                       step_mode=step_mode), paths=OutputPaths())
+                                       step_mode=step_mode, sharding=sharding),
+                           paths=OutputPaths())
     assert (summary["devices"], summary["global_batch"], summary["global_step"]) == (
         DEVICES, 2 * DEVICES, 2)
-    assert summary["executions_per_epoch"] == [4]
+    assert summary["executions_per_epoch"] == [4] and summary["sharding"] == sharding
     assert 0.0 <= summary["final_top5"] <= 1.0
 
 

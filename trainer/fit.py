@@ -23,6 +23,7 @@ from trainer import devices, divergence, restart, stop_signal, tied_weights, xla
 from trainer.batches import DataSource, RunSchedule
 from trainer.best_model import BestModel, parse_best
 from trainer.checkpoints import to_cpu
+from trainer.chips import chip
 from trainer.compile_cache import CompileCache
 from trainer.config import (
     DEFAULT_HYPERTUNE_METRIC,
@@ -42,6 +43,7 @@ from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
 from trainer.steps import BINARY_ACCURACY, PERPLEXITY, TOKEN_ACCURACY, Steps, headline_accuracy
 from trainer.summary import GraphCounts, PhaseTimes, summarize
+from trainer.throughput import TokenRates
 from trainer.weight_average import AVERAGED_MODEL
 from trainer.weight_average import PREFIX as AVERAGED
 
@@ -72,6 +74,10 @@ class TrainSpec:
     metrics: Optional[Dict[str, Callable]] = None
     # The user's parameter groups (``trainer.param_groups``), by parameter name.
     param_groups: Sequence[Any] = ()
+    # A language model's: the tokens of one example and the model FLOPs of one token, for
+    # tokens/s per device and MFU (``trainer.throughput``); 0: not a model of tokens.
+    tokens_per_example: int = 0
+    flops_per_token: float = 0.0
 
 
 def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
@@ -149,11 +155,12 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
             checkpoints.keep_also(run.best.step)
         checkpoints.this_process = lambda: _this_process(
             run, checkpoints, outputs.steps_past_resume, spec.data.batch_size)
+        tokens = _token_rates(spec, dev)
         progress = ProgressLog(state, spec.data.batch_size, topology.devices,
                                config.train_steps(steps_per_epoch), outputs.record,
                                counts.compiled, _input_setup(config, spec.data),
                                initial_total=restored_total,
-                               rate_at=steps.learning_rate.value)
+                               rate_at=steps.learning_rate.value, tokens=tokens)
         # The entry modules catch SIGTERM from start-up on; this also covers in-process
         # callers and gives the previous handler back afterwards.
         # A stop that ends the process from another thread (``stop_signal``: inside a long
@@ -198,6 +205,10 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        sharding="fsdp" if shard_plan is not None else "dp",
                        model_state_bytes=_state_bytes(steps, shard_plan),
                        job=job.summary(outputs.stops))
+        if tokens is not None:  # steady rates: the steps that compiled left out
+            summary.update(tokens.figures(summary["steady_examples_per_second"]
+                                          / topology.devices),
+                           model_flops_per_token=tokens.flops_per_token)
         # The job's, as of the last evaluation (the last epoch is always evaluated); this
         # host's own where nothing was evaluated.
         summary.update(run.damaged_total or spec.data.damaged_images())
@@ -419,6 +430,16 @@ class _Run:
                     return to_cpu(model.state_dict(), xla.to_host)
             return to_cpu(model.state_dict(), xla.to_host)
         return weights
+
+
+def _token_rates(spec: TrainSpec, dev: torch.device) -> Optional[TokenRates]:
+    """A language model's tokens/s and MFU figures (None for other models), against the
+    peak of the chip ``dev`` is (``trainer.chips``; none known: no MFU)."""
+    if not spec.tokens_per_example:
+        return None
+    found = chip(str(xla.device_kind(dev)))
+    return TokenRates(spec.tokens_per_example, spec.flops_per_token,
+                      found.peak_flops if found is not None else None)
 
 
 def _state_bytes(steps: Steps, plan: Optional[ShardPlan]) -> Dict[str, int]:

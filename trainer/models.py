@@ -153,7 +153,9 @@ def refused_keywords(name: str, extra: Dict[str, Any], error: BaseException) -> 
         "pass only keyword arguments its constructor takes (docs/trainers.md)", EX_USAGE)
 
 
-def _user_builder(name: str, extra: Dict[str, Any]) -> Builder:
+def import_callable(name: str) -> Callable[..., Any]:
+    """The function or class ``--model=PACKAGE.MODULE:CALLABLE`` names (imported); a
+    ``TrainerError`` naming the part that is missing or wrong."""
     module_name, _, attribute = name.partition(":")
     if not module_name or not attribute or ":" in attribute:
         raise TrainerError("--model={} is not PACKAGE.MODULE:CALLABLE".format(name),
@@ -178,6 +180,12 @@ def _user_builder(name: str, extra: Dict[str, Any]) -> Builder:
         raise TrainerError("--model={}: {} is of type {}, not a function or class".format(
             name, attribute, type(target).__name__), "name the function or class that builds "
             "the model")
+    return target
+
+
+def _user_builder(name: str, extra: Dict[str, Any]) -> Builder:
+    module_name, _, attribute = name.partition(":")
+    target = import_callable(name)
     size_keyword = _size_keyword(target, module_name)
     unknown = sorted(set(extra) - set(_keywords(target)))
     if unknown and not _takes_var_keywords(target):

@@ -24,6 +24,7 @@ import torch
 
 from trainer.divergence import check_loss
 from trainer.loop import LoopState
+from trainer.throughput import TokenRates
 
 log = logging.getLogger("trainer")
 
@@ -120,8 +121,10 @@ class ProgressLog:
     def __init__(self, state: LoopState, batch_size: int, devices: int, total_steps: int,
                  record: Callable[[str, dict, int], None], compiled: Callable[[], int],
                  setup: InputSetup, initial_total: float = 0.0,
-                 rate_at: Optional[Callable[[int], float]] = None) -> None:
+                 rate_at: Optional[Callable[[int], float]] = None,
+                 tokens: Optional[TokenRates] = None) -> None:
         self.state, self.batch_size, self.devices = state, batch_size, max(1, devices)
+        self.tokens = tokens  # a language model's: tokens/s per device and MFU
         self.total_steps = total_steps
         self.record, self.compiled, self.setup = record, compiled, setup
         self.rate_at = rate_at
@@ -151,15 +154,17 @@ class ProgressLog:
         loss = (total - self.last_total) / steps
         graphs = self.compiled()
         norm = None if grad_norm is None else float(grad_norm.item())
+        speed = self.tokens.figures(rate / self.devices) if self.tokens is not None else {}
         log.info("step %d/%d  loss %.4f%s  %.1f ms/step  input wait %.0f%%  %.1f examples/s "
-                 "(%.1f per device)  %d graphs  ETA %s", step, self.total_steps, loss,
+                 "(%.1f per device)%s  %d graphs  ETA %s", step, self.total_steps, loss,
                  "" if norm is None else "  grad norm {:.4g}".format(norm),
-                 1000 * seconds / steps, 100 * share, rate, rate / self.devices, graphs,
-                 _duration(eta))
+                 1000 * seconds / steps, 100 * share, rate, rate / self.devices,
+                 TokenRates.describe(speed) if speed else "", graphs, _duration(eta))
         figures = {"loss": loss, "examples_per_second": rate,
                    "examples_per_second_per_device": rate / self.devices,
                    "step_seconds": seconds / steps, "input_wait": share,
                    "graphs_compiled": graphs}
+        figures.update(speed)
         if self.rate_at is not None:  # the rate the window's last step updated with
             figures["learning_rate"] = self.rate_at(step - 1)
         if norm is not None:  # the window's last step's, before clipping

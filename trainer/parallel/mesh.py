@@ -9,7 +9,7 @@ axes, ``data`` and ``fsdp``.
   every device (ZeRO-3 over the job); ``--mesh=data:2,fsdp:4`` on 8 devices shards over
   groups of 4 and replicates the shards over 2 (each device then holds a quarter).
 - ``auto``: ``fsdp`` where the model state replicated would take more than
-  ``AUTO_STATE_SHARE`` of a device's memory (``DEVICE_MEMORY``, by chip), else ``dp``; ``dp``
+  ``AUTO_STATE_SHARE`` of a device's memory (``trainer.chips``), else ``dp``; ``dp``
   where the memory is unknown (the CPU device).
 
 A mesh whose axes do not multiply to the job's device count is a usage error (exit 64).
@@ -21,25 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from trainer.chips import chip
 from trainer.errors import EX_USAGE, TrainerError
 
 DP, FSDP, AUTO = "dp", "fsdp", "auto"
 SHARDINGS = (DP, FSDP, AUTO)
 AXES = ("data", "fsdp")
 
-GIB = 1 << 30
-# Each chip's high-bandwidth memory, by the runtime's device kind (its prefix, lower case):
-# Cloud TPU's published figures per chip.
-DEVICE_MEMORY: Tuple[Tuple[str, int], ...] = (
-    ("tpu v5 lite", 16 * GIB),  # v5e
-    ("tpu v5e", 16 * GIB),
-    ("tpu v6 lite", 32 * GIB),  # v6e (Trillium)
-    ("tpu v6e", 32 * GIB),
-    ("tpu v5p", 95 * GIB),
-    ("tpu v5", 95 * GIB),  # v5p reports itself so
-    ("tpu v4", 32 * GIB),
-    ("tpu7x", 192 * GIB),  # Ironwood
-)
 # ``auto`` shards where the replicated model state would take more than this share of a
 # device's memory: the rest is the activations', the compiler's and the batches' (a
 # ResNet-50 step of 128 images a chip needs several GB of activations alone).
@@ -110,12 +98,10 @@ def mesh_shape(sharding: str, mesh: str, devices: int) -> MeshShape:
 
 
 def device_memory(kind: str) -> Optional[int]:
-    """The memory of one device of ``kind`` (``xla.device_kind``), None where unknown."""
-    kind = kind.lower()
-    for prefix, memory in DEVICE_MEMORY:
-        if kind.startswith(prefix):
-            return memory
-    return None
+    """The memory of one device of ``kind`` (``xla.device_kind``), None where unknown
+    (``trainer.chips``)."""
+    found = chip(kind)
+    return found.memory if found is not None else None
 
 
 def resolve(sharding: str, replicated_bytes: int, memory: Optional[int]) -> Tuple[str, str]:

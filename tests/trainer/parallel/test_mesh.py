@@ -3,11 +3,11 @@ and --sharding=auto's choice from the model state's bytes and the chip's memory.
 
 import pytest
 
+from trainer.chips import GIB
 from trainer.config import TrainConfig
 from trainer.errors import TrainerError
 from trainer.parallel.mesh import (
     AUTO_STATE_SHARE,
-    GIB,
     MeshShape,
     device_memory,
     mesh_shape,

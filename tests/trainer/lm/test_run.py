@@ -1,0 +1,131 @@
+"""python -m trainer.lm's run, in this process on the XLA CPU device: the tiny decoder learns
+text made into byte-token shards (its evaluation loss well under the uniform guess's, the
+perplexity its exponential, the token accuracy the headline), tokens/s per device in the
+summary and no MFU on a device whose peak is unknown; windows hold every token once; a model
+of the user's by --model; on 4 devices under FSDP the tied embedding stays one tensor."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy
+import pytest
+import torch
+
+from conftest import REPO, clean_environ
+from trainer.config import TrainConfig
+from trainer.data.make_token_shards import main as make_token_shards
+from trainer.data.tokens.windows import TokenWindows
+from trainer.errors import TrainerError
+from trainer.lm.decoder import Decoder, flops_per_token, preset
+from trainer.lm.flags import LmOptions
+from trainer.lm.run import run
+from trainer.outputs import OutputPaths
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """Documents of the alphabet from a random letter on: each byte predicts the next."""
+    folder = tmp_path_factory.mktemp("lm")
+    generator = numpy.random.default_rng(0)
+    rows = []
+    for _ in range(400):
+        start = int(generator.integers(26))
+        rows.append(json.dumps({"text": (ALPHABET * 3)[start:start + 30]}))
+    (folder / "text.jsonl").write_text("\n".join(rows) + "\n")
+    assert make_token_shards(["--source", str(folder / "text.jsonl"),
+                              "--dest", str(folder / "shards"), "--val_every", "10"]) == 0
+    return folder / "shards"
+
+
+TINY = LmOptions(seq_len=32, preset="tiny")
+
+
+def train(shards, job, options=TINY, **flags):
+    settings = dict(data_dir=str(shards), batch_size=8, num_epochs=3, lr=0.01, lr_batch=0,
+                    optimizer="adamw", weight_decay=0.0, log_steps=0, num_workers=0,
+                    job_dir=str(job), seed=1, model="")
+    settings.update(flags)
+    config = TrainConfig(**settings)
+    return run(config, options, paths=OutputPaths.resolve(config.job_dir, {}))
+
+
+def test_the_tiny_decoder_learns_the_shards_and_reports_its_speed(shards, tmp_path):
+    summary = train(shards, tmp_path / "job")
+    loss = summary["final_eval_loss"]
+    # The uniform guess over 257 tokens is log(257) = 5.55; the alphabet's next letter is
+    # certain but for a document's first letter and its end.
+    assert loss < 1.5, loss
+    record = [json.loads(line) for line in (tmp_path / "job" / "metrics.jsonl").read_text()
+              .splitlines() if '"eval"' in line][-1]
+    assert record["perplexity"] == pytest.approx(math.exp(record["loss"]), rel=1e-12)
+    assert summary["final_accuracy"] == record["token_accuracy"] > 0.5
+    assert summary["tokens_per_second_per_device"] == pytest.approx(
+        summary["steady_examples_per_second"] * 32)
+    assert "mfu" not in summary  # the CPU device: no peak to compare with
+    model = Decoder(preset("tiny", 257, 32))
+    assert summary["model_flops_per_token"] == flops_per_token(model, 32)
+    weights = torch.load(str(tmp_path / "job" / "model.pt"), weights_only=False)
+    assert torch.equal(weights["embed.weight"], weights["head.weight"])
+
+
+def test_windows_hold_every_token_once():
+    tokens = numpy.arange(103, dtype=numpy.uint16)
+    windows = TokenWindows(tokens, 10, "train")
+    assert len(windows) == 10  # (103 - 1) // 10: the last 2 tokens too few for a window
+    inputs = torch.cat([windows[i][0] for i in range(len(windows))])
+    labels = torch.cat([windows[i][1] for i in range(len(windows))])
+    assert inputs.tolist() == list(range(100)) and labels.tolist() == list(range(1, 101))
+
+
+USER_MODEL = '''
+import torch
+
+class Bigram(torch.nn.Module):
+    def __init__(self, vocab_size, seq_len):
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab_size, vocab_size)
+
+    def forward(self, tokens):
+        return self.table(tokens)
+
+def wrong(vocab_size, seq_len):
+    return torch.nn.Embedding(vocab_size, 3)
+'''
+
+
+def test_a_model_of_the_users_trains_by_flag_and_a_wrong_one_is_one_line(shards, tmp_path,
+                                                                         monkeypatch):
+    (tmp_path / "user_lm.py").write_text(USER_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    summary = train(shards, tmp_path / "job", model="user_lm:Bigram", lr=0.1)
+    assert summary["final_eval_loss"] < math.log(257)
+    with pytest.raises(TrainerError) as raised:
+        train(shards, tmp_path / "wrong", model="user_lm:wrong")
+    assert raised.value.exit_code == 64
+    assert raised.value.message == ("--model=user_lm:wrong returned (1, 32, 3) for tokens "
+                                    "1 x 32, not logits 1 x 32 x 257")
+
+
+def test_help_and_a_bad_flag_answer_without_loading_torch():
+    for args, code, text in ((["--help"], 0, "A decoder-only language model"),
+                             (["--fake_data", "--seq_len=0"], 64, "--seq_len must be positive"),
+                             (["--fake_data", "--sharding=zero"], 64, "--sharding='zero'")):
+        done = subprocess.run([sys.executable, "-m", "trainer.lm"] + args, cwd=str(REPO),
+                              env=clean_environ(PJRT_DEVICE="CPU"), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == code, done.stderr
+        assert text in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.spmd
+def test_on_four_devices_under_fsdp_the_tied_embedding_stays_one_tensor(shards, tmp_path):
+    summary = train(shards, tmp_path / "job", batch_size=2, num_epochs=1, sharding="fsdp",
+                    options=LmOptions(seq_len=32, preset="tiny", width=128))
+    assert (summary["devices"], summary["sharding"]) == (4, "fsdp")
+    weights = torch.load(str(tmp_path / "job" / "model.pt"), weights_only=False)
+    assert torch.equal(weights["embed.weight"], weights["head.weight"])
+    assert summary["final_eval_loss"] < math.log(257)

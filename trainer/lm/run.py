@@ -1,0 +1,113 @@
+"""``python -m trainer.lm``'s run (``trainer.lm.flags`` says what it does): the data as windows
+of tokens (``trainer.data.tokens``), the model, and ``fit`` with a next-token loss, token
+accuracy, perplexity, tokens/s and MFU."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Optional, Tuple
+
+import numpy
+import torch
+import torch.nn.functional as F
+
+from trainer import devices, models, storage
+from trainer.config import TrainConfig
+from trainer.data.tokens.shards import BYTES_VOCABULARY, read_index, read_split
+from trainer.data.tokens.windows import TokenWindows
+from trainer.data.workers import resolve_workers
+from trainer.dataset_source import DatasetSource
+from trainer.errors import EX_USAGE, TrainerError
+from trainer.fit import TrainSpec, fit
+from trainer.lm.decoder import Decoder, flops_per_token, preset
+from trainer.lm.flags import LmOptions
+from trainer.outputs import OutputPaths
+
+log = logging.getLogger("trainer")
+
+# --fake_data: random tokens of the raw-bytes vocabulary, this many windows a split.
+FAKE_WINDOWS = {"train": 4096, "val": 64}
+
+
+def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy of each position's scores (``N x L x V``) against the next
+    token (``N x L``); -100 ignored, as torch's."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
+def token_data(config: TrainConfig, seq_len: int) -> Tuple[Dict[str, TokenWindows], int]:
+    """({split: its windows}, the vocabulary size) from ``--data_dir``'s shards or
+    ``--fake_data``."""
+    if config.fake_data:
+        generator = numpy.random.default_rng(config.seed)
+        return {split: TokenWindows(generator.integers(
+            0, BYTES_VOCABULARY, windows * seq_len + 1).astype(numpy.uint16), seq_len,
+            split) for split, windows in FAKE_WINDOWS.items()}, BYTES_VOCABULARY
+    folder = storage.open_dir(config.data_dir)
+    index = read_index(folder)
+    found = {split: read_split(folder, index, split) for split in ("train", "val")}
+    windows = {"train": TokenWindows(found["train"], seq_len, folder.join("train-*.bin"))}
+    if len(found["val"]) > seq_len:
+        windows["val"] = TokenWindows(found["val"], seq_len, folder.join("val-*.bin"))
+    else:
+        log.warning("%s: its val split holds %d tokens, under one window: no evaluation",
+                    folder.join(""), len(found["val"]))
+    return windows, int(index["vocab_size"])
+
+
+def build_model(config: TrainConfig, options: LmOptions, vocab_size: int) -> torch.nn.Module:
+    """``--model``'s callable, or the decoder of ``--preset`` and the size flags."""
+    if not config.model:
+        return Decoder(preset(options.preset, vocab_size, options.seq_len, width=options.width,
+                              layers=options.layers, heads=options.heads,
+                              kv_heads=options.kv_heads, hidden=options.hidden,
+                              tie_embeddings=options.tie_embeddings))
+    target = models.import_callable(config.model)
+    try:
+        model = target(vocab_size=vocab_size, seq_len=options.seq_len)
+    except Exception as error:  # the user's code
+        raise TrainerError("--model={}(vocab_size={}, seq_len={}) failed: {}".format(
+            config.model, vocab_size, options.seq_len, models.cause(error)),
+            "a language model's callable takes vocab_size and seq_len", EX_USAGE)
+    if not isinstance(model, torch.nn.Module):
+        raise TrainerError("--model={} returned a {}, not a torch.nn.Module".format(
+            config.model, type(model).__name__), "return the model itself", EX_USAGE)
+    with torch.no_grad():
+        try:
+            logits = model(torch.zeros(1, options.seq_len, dtype=torch.long))
+        except Exception as error:
+            raise TrainerError("--model={} failed on tokens 1 x {}: {}".format(
+                config.model, options.seq_len, models.cause(error)),
+                "it takes token ids N x L", EX_USAGE)
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (1, options.seq_len,
+                                                                       vocab_size):
+        raise TrainerError("--model={} returned {} for tokens 1 x {}, not logits 1 x {} x {}"
+                           .format(config.model, tuple(getattr(logits, "shape", ())) or
+                                   type(logits).__name__, options.seq_len, options.seq_len,
+                                   vocab_size), "return a tensor of scores N x L x vocab_size",
+                           EX_USAGE)
+    return model
+
+
+def run(config: TrainConfig, options: LmOptions, *, paths: Optional[OutputPaths] = None
+        ) -> Dict[str, Any]:
+    """Train and evaluate; returns the summary (``trainer.fit``'s, with tokens/s and MFU)."""
+    topology = devices.detect(config.devices)
+    torch.manual_seed(config.seed)
+    windows, vocab_size = token_data(config, options.seq_len)
+    model = build_model(config, options, vocab_size)
+    batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
+                                                   config.eval_batch_size or config.batch_size,
+                                                   topology)
+    source = DatasetSource(windows["train"], windows.get("val"), batch, eval_batch,
+                           config.seed, host, resolve_workers(config.num_workers),
+                           topology.devices)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    flops = flops_per_token(model, options.seq_len)
+    log.info("language model: %s, %.1fM parameters, %.3g model FLOPs a token; %d training "
+             "windows of %d tokens", config.model or "--preset=" + options.preset,
+             parameters / 1e6, flops, len(windows["train"]), options.seq_len)
+    spec = TrainSpec("lm-" + (config.model or options.preset), model, source, next_token_loss,
+                     topk=(), token_scores=2, perplexity=True, eval_rows=source.real_rows,
+                     tokens_per_example=options.seq_len, flops_per_token=flops)
+    return fit(config, spec, paths or OutputPaths.resolve(config.job_dir, {}), topology)

@@ -3,10 +3,10 @@ open models are made (Llama's recipe): RMSNorm before each sublayer, rotary posi
 grouped-query attention, a SwiGLU feed-forward layer, and the output projection tied to the
 token embedding (optional). Sized by a named preset (``PRESETS``) or by its fields.
 
-Tokens ``N x L`` in, logits ``N x L x V`` out. Attention is causal over the whole sequence:
-a sequence packs several documents separated by EOS (``trainer.data.tokens``), and a token
-attends to the documents before it in its sequence as GPT-2's pre-training did (the EOS says
-where one ends); its loss is still the next token's.
+Tokens ``N x L`` in, logits ``N x L x V`` out. A sequence packs several documents, each ended
+by the end-of-sequence token (``trainer.data.tokens``): given its id (``eos``), attention is
+causal within each document and never crosses into the one before; without it, causal over
+the whole sequence (GPT-2's pre-training).
 
 ``flops_per_token``: the model FLOPs of one trained token (forward and backward: 3 x the
 forward's 2 per multiply-add) for MFU (``trainer.throughput``).
@@ -40,6 +40,7 @@ class DecoderShape:
     hidden: int = 0  # 0: about 8/3 of width, a multiple of 64 (Llama's rule)
     tie_embeddings: bool = True
     rope_base: float = 10000.0
+    eos: int = -1  # the end-of-document token: attention stays within a document; -1: none
 
     @property
     def head_width(self) -> int:
@@ -138,7 +139,7 @@ class Attention(nn.Module):
         q, k = rotate(q, tables), rotate(k, tables)
         group = self.heads // self.kv_heads  # query heads per key/value head
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_width) + mask[:length, :length]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_width) + mask
         mixed = scores.softmax(-1) @ v
         return self.out(mixed.transpose(1, 2).reshape(rows, length, -1))
 
@@ -189,9 +190,22 @@ class Decoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
+        mask = self.mask[:tokens.shape[1], :tokens.shape[1]]
+        if self.shape.eos >= 0:
+            mask = mask + document_mask(tokens, self.shape.eos).unsqueeze(1)
         for block in self.blocks:
-            x = block(x, self.tables, self.mask)
+            x = block(x, self.tables, mask)
         return self.head(self.norm(x))
+
+
+def document_mask(tokens: torch.Tensor, eos: int) -> torch.Tensor:
+    """``N x L x L``: 0 where the query's and the key's positions are in the same document
+    (an ``eos`` token belongs to the document it ends), -inf elsewhere."""
+    ends = (tokens == eos).long()
+    document = torch.cumsum(ends, dim=1) - ends
+    same = document.unsqueeze(2) == document.unsqueeze(1)
+    return torch.zeros(same.shape, dtype=torch.float32, device=tokens.device).masked_fill(
+        ~same, float("-inf"))
 
 
 def _initialize(module: nn.Module) -> None:

@@ -2,7 +2,8 @@
 the job: ``python -m trainer.lm --data_dir=SHARDS [--flags]``.
 
 The model is ``trainer.lm.decoder``'s (RMSNorm, rotary positions, grouped-query attention,
-SwiGLU, tied embeddings), sized by ``--preset`` and the size flags, or yours:
+SwiGLU, tied embeddings, attention within each document), sized by ``--preset`` and the size
+flags, or yours:
 ``--model=PACKAGE.MODULE:CALLABLE``, called as ``CALLABLE(vocab_size=V, seq_len=L)`` and
 returning a module that maps tokens ``N x L`` to logits ``N x L x V``. The data: shards of
 ``python -m trainer.data.make_token_shards`` (a folder or ``gs://``), or ``--fake_data``.

@@ -5,6 +5,7 @@ accuracy, perplexity, tokens/s and MFU."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Dict, Optional, Tuple
 
 import numpy
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from trainer import devices, models, storage
 from trainer.config import TrainConfig
-from trainer.data.tokens.shards import BYTES_VOCABULARY, read_index, read_split
+from trainer.data.tokens.shards import BYTES_EOS, BYTES_VOCABULARY, read_index, read_split
 from trainer.data.tokens.windows import TokenWindows
 from trainer.data.workers import resolve_workers
 from trainer.dataset_source import DatasetSource
@@ -35,14 +36,15 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
 
-def token_data(config: TrainConfig, seq_len: int) -> Tuple[Dict[str, TokenWindows], int]:
-    """({split: its windows}, the vocabulary size) from ``--data_dir``'s shards or
-    ``--fake_data``."""
+def token_data(config: TrainConfig, seq_len: int
+               ) -> Tuple[Dict[str, TokenWindows], int, int]:
+    """({split: its windows}, the vocabulary size, the end-of-document token) from
+    ``--data_dir``'s shards or ``--fake_data``."""
     if config.fake_data:
         generator = numpy.random.default_rng(config.seed)
         return {split: TokenWindows(generator.integers(
             0, BYTES_VOCABULARY, windows * seq_len + 1).astype(numpy.uint16), seq_len,
-            split) for split, windows in FAKE_WINDOWS.items()}, BYTES_VOCABULARY
+            split) for split, windows in FAKE_WINDOWS.items()}, BYTES_VOCABULARY, BYTES_EOS
     folder = storage.open_dir(config.data_dir)
     index = read_index(folder)
     found = {split: read_split(folder, index, split) for split in ("train", "val")}
@@ -52,16 +54,18 @@ def token_data(config: TrainConfig, seq_len: int) -> Tuple[Dict[str, TokenWindow
     else:
         log.warning("%s: its val split holds %d tokens, under one window: no evaluation",
                     folder.join(""), len(found["val"]))
-    return windows, int(index["vocab_size"])
+    return windows, int(index["vocab_size"]), int(index["eos"])
 
 
-def build_model(config: TrainConfig, options: LmOptions, vocab_size: int) -> torch.nn.Module:
-    """``--model``'s callable, or the decoder of ``--preset`` and the size flags."""
+def build_model(config: TrainConfig, options: LmOptions, vocab_size: int,
+                eos: int = -1) -> torch.nn.Module:
+    """``--model``'s callable, or the decoder of ``--preset`` and the size flags (attention
+    kept within each document: ``eos``)."""
     if not config.model:
-        return Decoder(preset(options.preset, vocab_size, options.seq_len, width=options.width,
-                              layers=options.layers, heads=options.heads,
-                              kv_heads=options.kv_heads, hidden=options.hidden,
-                              tie_embeddings=options.tie_embeddings))
+        return Decoder(replace(preset(
+            options.preset, vocab_size, options.seq_len, width=options.width,
+            layers=options.layers, heads=options.heads, kv_heads=options.kv_heads,
+            hidden=options.hidden), tie_embeddings=options.tie_embeddings, eos=eos))
     target = models.import_callable(config.model)
     try:
         model = target(vocab_size=vocab_size, seq_len=options.seq_len)
@@ -94,8 +98,8 @@ def run(config: TrainConfig, options: LmOptions, *, paths: Optional[OutputPaths]
     """Train and evaluate; returns the summary (``trainer.fit``'s, with tokens/s and MFU)."""
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    windows, vocab_size = token_data(config, options.seq_len)
-    model = build_model(config, options, vocab_size)
+    windows, vocab_size, eos = token_data(config, options.seq_len)
+    model = build_model(config, options, vocab_size, eos)
     batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
                                                    config.eval_batch_size or config.batch_size,
                                                    topology)

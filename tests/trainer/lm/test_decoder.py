@@ -24,6 +24,21 @@ def test_no_position_sees_a_later_token():
     assert not torch.equal(before[:, 7:], after[:, 7:])
 
 
+def test_with_its_end_token_known_no_document_sees_the_one_before():
+    """Token 49 ends a document at position 4: positions 5 on never see 0 to 4 (changing
+    them changes nothing after), and 0 to 4 still see each other."""
+    torch.manual_seed(0)
+    model = Decoder(DecoderShape(**dict(SHAPE.__dict__, eos=49))).eval()
+    tokens = torch.randint(0, 49, (2, 12))
+    tokens[:, 4] = 49
+    changed = tokens.clone()
+    changed[:, :4] = (changed[:, :4] + 1) % 49
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)
+    assert torch.equal(before[:, 5:], after[:, 5:])
+    assert not torch.equal(before[:, 4], after[:, 4])  # the end token is its document's
+
+
 def test_grouped_heads_and_tied_embeddings_are_as_the_shape_says():
     model = Decoder(SHAPE)
     attention = model.blocks[0].attention

@@ -143,6 +143,26 @@ def trainer_rule(trainer: str, args: Sequence[str], path: str,
     return []
 
 
+def mesh_rule(args: Sequence[str], path: str, shape: Optional[gke_tpus.SliceShape]
+              ) -> List[Finding]:
+    """Findings (at ``path``, the container's ``args``) for ``--sharding`` and ``--mesh``: the
+    values the trainers refuse (exit 64 at start on every host), and a mesh that is not the
+    slice's chip count."""
+    from trainer.parallel.mesh import check_flags, mesh_shape
+
+    sharding = _flag(args, ("sharding",)) or "dp"
+    mesh = _flag(args, ("mesh",)) or ""
+    try:
+        check_flags(sharding, mesh)
+        if shape is not None and mesh:
+            mesh_shape(sharding, mesh, shape.chips)
+    except TrainerError as error:
+        return [Finding(ERROR, path, error.message + (" (the slice's chips)" if "the job has"
+                                                      in error.message else ""),
+                        error.hint or "")]
+    return []
+
+
 def spot_checkpoint_rule(args: Sequence[str], path: str, pod: Dict[str, Any], pod_path: str
                          ) -> List[Finding]:
     """Advice (at ``path``, the container's ``args``) for a pod on Spot or preemptible nodes

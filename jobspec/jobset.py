@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from jobspec import gke_tpus
 from jobspec.container_args import (
     job_dir_rule,
+    mesh_rule,
     shared_memory_rule,
     spot_checkpoint_rule,
     trainer_module,
@@ -203,6 +204,7 @@ def _container(container: Dict[str, Any], path: str, pod: Dict[str, Any], pod_pa
                                                                          pod, pod_path)
     trainer = trainer_module(container, args)
     findings += trainer_rule(trainer, args, path + ".args", shape)
+    findings += mesh_rule(args, path + ".args", shape)
     if trainer == IMAGENET and shape is not None:
         findings += shared_memory_rule(args, container, path, pod, pod_path, shape)
     return findings

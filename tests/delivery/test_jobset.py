@@ -6,6 +6,7 @@ example is flagged only where it differs on purpose."""
 
 import copy
 import re
+import shlex
 import subprocess
 import sys
 
@@ -534,3 +535,36 @@ def test_a_mount_path_of_the_wrong_type_is_the_schemas_finding_not_a_crash():
     # 'rstrip'" out of the read-only root's /tmp rule.
     found = errors(broken(set_path(CONTAINER_KEYS + ["volumeMounts", 1, "mountPath"], None)))
     assert CONTAINER + ".securityContext.readOnlyRootFilesystem" in [f.path for f in found]
+
+
+def documented_lm_args():
+    """docs/gke.md's "A language model on a slice": the JOB_ARGS its make submit-gke passes
+    (words as make and the shell give them to the template), $BUCKET filled in."""
+    page = (REPO / "docs" / "gke.md").read_text()
+    block = page[page.index("## A language model on a slice"):]
+    quoted = re.search(r'JOB_ARGS="([^"]*)"', block).group(1)
+    return shlex.split(quoted.replace("$BUCKET", "my-bucket"))
+
+
+LM_ARGS = documented_lm_args()
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+def test_a_language_model_under_fsdp_passes_on_each_template(template):
+    assert LM_ARGS[0] == "--trainer=python -m trainer.lm" and "--sharding=fsdp" in LM_ARGS
+    assert errors(ready(template, LM_ARGS)) == []
+
+
+@pytest.mark.parametrize("changed, text", [
+    ("--mesh=data:2,fsdp:4", "--mesh=data:2,fsdp:4 is 8 devices; the job has 16 (the "
+                             "slice's chips)"),
+    ("--mesh=fsdp:16,model:1", "--mesh='fsdp:16,model:1' is not data:D,fsdp:F"),
+    ("--sharding=zero3", "--sharding='zero3' is not one of dp, fsdp, auto"),
+])
+def test_a_mesh_the_slice_cannot_form_is_an_error_on_the_arguments(changed, text):
+    name = changed.split("=")[0]
+    args = [arg for arg in LM_ARGS if not arg.startswith(name + "=")] + [changed]
+    if name == "--sharding":
+        args = [arg for arg in args if not arg.startswith("--mesh=")]
+    [finding] = errors(ready(TEMPLATES[0], args))
+    assert finding.path == CONTAINER + ".args" and finding.problem == text

@@ -30,11 +30,12 @@ Modes (``--init`` / ``LAUNCHER_INIT``):
   which die of SIGTERM) keep running.
 - ``exec``: the command replaces the launcher (and is PID 1 when the launcher was).
 
-The bundled trainers (``python -m trainer.mnist`` / ``trainer.imagenet``) are always exec'd:
-they install their SIGTERM handler before their first import (the launcher holds the signal
-blocked until then), reap their data workers themselves, and must keep those workers alive
-until the checkpoint is written, which a group-forwarding init would not. Every other command,
-the data tools ``python -m trainer.data.*`` included, is a command like the user's own.
+The bundled trainers (``python -m trainer.mnist``, ``trainer.imagenet``, ``trainer.lm``) are
+always exec'd: they install their SIGTERM handler before their first import (the launcher
+holds the signal blocked until then), reap their data workers themselves, and must keep those
+workers alive until the checkpoint is written, which a group-forwarding init would not. Every
+other command, the data tools ``python -m trainer.data.*`` included, is a command like the
+user's own.
 """
 
 from __future__ import annotations

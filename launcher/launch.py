@@ -28,7 +28,7 @@ from launcher.tpu_wait import WaitPolicy, wait_until_ready
 DEFAULT_TRAINER = "python -m trainer.mnist"
 _PYTHON_NAMES = ("python", "python3")
 # The modules that catch SIGTERM before their first import (launcher.exec_command).
-SELF_HANDLING_TRAINERS = ("trainer.mnist", "trainer.imagenet")
+SELF_HANDLING_TRAINERS = ("trainer.mnist", "trainer.imagenet", "trainer.lm")
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,19 @@ def requested_help(argv: List[str], flag_values: Any = FLAGS,
     return "\n".join(lines)
 
 
+def parse_early(define_flags: Callable[..., None]) -> TrainConfig:
+    """A trainer process's flags, parsed before its framework imports (right after it caught
+    SIGTERM): the garbage collector paused until those imports are done
+    (``trainer.startup``); after ``--help`` or a usage error's line the process ends here."""
+    from trainer import startup
+
+    startup.pause_collector()
+    parsed = parse_main(define_flags)
+    if isinstance(parsed, int):
+        exit_process(parsed)
+    return parsed
+
+
 def exit_process(code: int) -> None:
     """End the trainer process with ``code`` once ``main`` has returned: flush the log and the
     standard streams, then leave without the interpreter's teardown. With torch_xla loaded

@@ -26,11 +26,8 @@ def define_flags(flag_values: Any = FLAGS) -> None:
 if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
-    startup.pause_collector()  # until the imports are done (trainer.startup)
     # The flags before the frameworks: --help and a bad flag answer without importing torch.
-    PARSED = cli.parse_main(define_flags)
-    if isinstance(PARSED, int):
-        cli.exit_process(PARSED)
+    PARSED = cli.parse_early(define_flags)
 
 import torch
 import torch.nn as nn

@@ -38,6 +38,7 @@ def test_the_bundled_trainers_are_always_execd(mode, is_pid1):
 @pytest.mark.parametrize("command, bundled", [
     (("/venv/bin/python", "-m", "trainer.mnist", "--lr=1"), True),
     (("python3.7", "-m", "trainer.imagenet"), True),
+    (("python", "-m", "trainer.lm"), True),
     # The data tools install no handler: blocked or exec'd as PID 1, SIGTERM would not end them.
     (("/venv/bin/python", "-m", "trainer.data.make_shards", "--source=a"), False),
     (("python", "-m", "trainer.data.reindex"), False),
@@ -71,7 +72,8 @@ def test_the_self_handling_trainers_are_the_modules_that_catch_sigterm_first():
     # (trainer.train catches it in the call, in the user's script: not launcher's to know).
     first_in_main = re.compile(r'if __name__ == "__main__":\n(?:\s*#.*\n)*'
                                r'\s*stop_signal\.catch_sigterm\(\)')
-    catching = {".".join(path.relative_to(REPO).with_suffix("").parts)
+    # A package's __main__ runs as the package (python -m trainer.lm).
+    catching = {".".join(path.relative_to(REPO).with_suffix("").parts).replace(".__main__", "")
                 for path in (REPO / "trainer").rglob("*.py")
                 if first_in_main.search(path.read_text())}
     assert catching == set(SELF_HANDLING_TRAINERS)

@@ -5,13 +5,10 @@ from trainer import cli, startup, stop_signal
 if __name__ == "__main__":
     # First of all: as PID 1 a SIGTERM during the seconds the imports below take would be lost.
     stop_signal.catch_sigterm()
-    startup.pause_collector()  # until the imports are done (trainer.startup)
     from trainer.lm.flags import define_flags, options_from_flags
 
     # The flags before the frameworks: --help and a bad flag answer without importing torch.
-    PARSED = cli.parse_main(define_flags)
-    if isinstance(PARSED, int):
-        cli.exit_process(PARSED)
+    PARSED = cli.parse_early(define_flags)
     OPTIONS = options_from_flags()
     if isinstance(OPTIONS, int):
         cli.exit_process(OPTIONS)

@@ -1,12 +1,12 @@
 """Turn text into token shards for ``python -m trainer.lm``: ``python -m
 trainer.data.make_token_shards --source=FILE_DIR_OR_GS --dest=DIR_OR_GS``.
 
-The source is a ``.txt`` or ``.jsonl`` file, or a folder (local or ``gs://``) of them: a
-``.txt`` file is one document, each line of a ``.jsonl`` file one (its ``--text_field``,
-``text`` by default). Tokens are the documents' UTF-8 bytes (a vocabulary of 256, and 256
-itself ends each document: 257 in all). Every ``--val_every``-th document, chosen by a hash of
-its file and line (the same on every run), goes to ``val``, the rest to ``train``
-(``trainer.data.tokens`` has the format).
+The source is a ``.txt``, ``.md`` or ``.jsonl`` file, or a folder (local or ``gs://``) of
+them: a ``.txt`` or ``.md`` file is one document, each line of a ``.jsonl`` file one (its
+``--text_field``, ``text`` by default). Tokens are the documents' UTF-8 bytes (a vocabulary
+of 256, and 256 itself ends each document: 257 in all). Every ``--val_every``-th document,
+chosen by a hash of its file and line (the same on every run), goes to ``val``, the rest to
+``train`` (``trainer.data.tokens`` has the format).
 
 - Each input file becomes one ``train`` and one ``val`` shard, written whole and atomically,
   each marked done by its record. Run the same command again after an interruption and it
@@ -43,7 +43,8 @@ from trainer.errors import EX_USAGE, DataError, TrainerError
 
 log = logging.getLogger("trainer")
 
-SUFFIXES = (".txt", ".jsonl")
+SUFFIXES = (".txt", ".md", ".jsonl")
+JSON_LINES = ".jsonl"
 NAMED_DAMAGE = 5  # damaged lines named in the log; the rest counted
 
 
@@ -55,12 +56,12 @@ def inputs(source: str) -> Tuple[Any, List[str]]:
         directory = storage.open_dir(folder or ".")
         if not directory.exists(name):
             raise DataError("--source={} does not exist".format(source),
-                            "name a .txt or .jsonl file, or a folder of them")
+                            "name a .txt, .md or .jsonl file, or a folder of them")
         return directory, [name]
     directory = storage.open_dir(source)
     names = sorted(name for name in directory.walk() if name.endswith(SUFFIXES))
     if not names:
-        raise DataError("--source={} holds no .txt or .jsonl file".format(source),
+        raise DataError("--source={} holds no .txt, .md or .jsonl file".format(source),
                         "name a folder of text files, or one file")
     return directory, names
 
@@ -80,8 +81,8 @@ class Damage:
 def documents(name: str, data: bytes, text_field: str, damage: Damage
               ) -> List[Tuple[int, bytes]]:
     """(line, UTF-8 bytes) of each document of input ``name``: the whole file for ``.txt``
-    (line 0), each line's ``text_field`` for ``.jsonl``."""
-    if name.endswith(".txt"):
+    and ``.md`` (line 0), each line's ``text_field`` for ``.jsonl``."""
+    if not name.endswith(JSON_LINES):
         return [(0, data)] if data else []
     found = []
     for number, line in enumerate(data.split(b"\n"), 1):
@@ -155,7 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.data.make_token_shards",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True,
-                        help="a .txt or .jsonl file, or a folder of them: DIR or gs://...")
+                        help="a .txt, .md or .jsonl file, or a folder of them: DIR or gs://...")
     parser.add_argument("--dest", required=True, help="where the shards go, DIR or gs://...")
     parser.add_argument("--val_every", type=int, default=100,
                         help="one document in this many goes to val (0: none)")

@@ -41,6 +41,10 @@ _ZIP_END = b"PK\x05\x06"
 _ZIP_END_BYTES = 22
 
 
+# A checkpoint's list of the tensors it may hold nan or inf in (``divergence``).
+GIVEN_NON_FINITE = "given_non_finite"
+
+
 def checkpoint_name(step: int) -> str:
     """The file name of the checkpoint of ``step``: only this module builds or parses it."""
     return "ckpt-{:09d}.pt".format(step)
@@ -117,6 +121,17 @@ class CheckpointStore:
                 "step 0 (its training so far is then lost)")
         return None
 
+    def load(self, step: int) -> Dict[str, Any]:
+        """The checkpoint of ``step`` (not the newest: ``trainer.consolidate``); a
+        ``DataError`` naming it where it does not pass its checks."""
+        name = checkpoint_name(step)
+        state, problem = self._opened(name, self.directory.read_bytes(name))
+        if problem is not None:
+            raise DataError("checkpoint {} is damaged: {}".format(self.directory.join(name),
+                                                                   problem),
+                            "name another step's, or restore a good copy of it")
+        return state
+
     def _opened(self, name: str, data: bytes) -> Tuple[Any, Optional[str]]:
         """(state, None) when ``data``, the bytes of ``name``, are a checkpoint to trust,
         else (None, why not, in a few words)."""
@@ -140,7 +155,10 @@ class CheckpointStore:
                 raise ValueError("not a trainer checkpoint")
         except Exception as error:  # bytes that are no checkpoint
             return None, "unreadable: {}: {}".format(type(error).__name__, error)
-        bad = non_finite(state, self.allowed_non_finite)
+        # The buffers the model was given as nan or inf, as the run knows them and as the
+        # checkpoint records them (a reader without the model: ``trainer.consolidate``).
+        allowed = set(self.allowed_non_finite) | set(state.get(GIVEN_NON_FINITE) or ())
+        bad = non_finite(state, allowed)
         if bad is not None:
             return None, "{} holds nan or inf".format(bad)
         return state, None

@@ -18,7 +18,13 @@ import torch
 
 from trainer import stop_signal, xla
 from trainer.checkpoint_writer import BackgroundWriter
-from trainer.checkpoints import CheckpointStore, checkpoint_name, mismatch, to_cpu
+from trainer.checkpoints import (
+    GIVEN_NON_FINITE,
+    CheckpointStore,
+    checkpoint_name,
+    mismatch,
+    to_cpu,
+)
 from trainer.devices import ONE_DEVICE, Topology
 from trainer.divergence import check_loss, check_state
 from trainer.errors import EX_USAGE, DataError, TrainerError
@@ -222,6 +228,7 @@ class RunCheckpoints:
                 "data_layout": self.data_layout,
                 "data_identity": self.data_identity,
                 "torch_rng": torch.get_rng_state(),
+                GIVEN_NON_FINITE: sorted(self.allowed_non_finite),
                 "job_totals": self.job_totals().as_dict()})
             # The metrics up to this step land before the checkpoint does: same thread, first.
             upload = outputs.staged_upload()

@@ -38,3 +38,25 @@ def test_the_state_per_device_counts_parameters_gradients_and_optimizer_slots():
     assert whole == replicated_bytes([embedding, norm, frozen], 2)
     assert plan.describe().startswith("model state 132 MB per device of 528 MB (1 of 3 "
                                       "parameters held whole")
+
+
+@pytest.mark.parametrize("name, choice", [("350m", "dp"), ("1b", "fsdp"), ("7b", "fsdp")])
+def test_at_the_size_users_run_the_plan_splits_what_a_chip_cannot_hold(name, choice):
+    """The decoder presets at a 32,000-token vocabulary and 2,048 tokens, built on the meta
+    device (shapes, no memory), under AdamW: --sharding=auto on a v5e (16 GB) keeps 350m
+    whole (5.4 GB) and splits 1b (16.6 GB) and 7b (92.8 GB); split over a v5e-16 slice's 16
+    chips and a v5e-256's 256, each chip holds a 16th and a 256th of the large tensors, plus
+    the norms, which stay whole (a few MB)."""
+    from trainer.chips import chip
+    from trainer.lm.decoder import Decoder, preset
+    from trainer.parallel.mesh import resolve
+
+    with torch.device("meta"):
+        model = Decoder(preset(name, 32000, 2048))
+    whole = replicated_bytes(model.parameters(), 2)
+    assert resolve("auto", whole, chip("TPU v5 lite").memory)[0] == choice
+    norms = sum(16 * p.numel() for p in model.parameters() if p.dim() == 1)
+    for ways in (16, 256):
+        per_device, total = ShardPlan(model.named_parameters(), ways, slots=2).state_bytes()
+        assert total == whole
+        assert per_device == (whole - norms) // ways + norms

@@ -212,7 +212,12 @@ class RunCheckpoints:
         total = _total(state)
         check_loss(state, total, state.global_step)
         uri = self.store.uri(state.global_step)
-        if self.topology.writes_outputs:
+        writes = self.topology.writes_outputs
+        # Parameters split over the devices of several hosts (--sharding=fsdp on a slice) are
+        # fetched whole by all processes together (each holds only its own shards): every
+        # process takes part, the writer alone writes.
+        if writes or (self.topology.process_count > 1 and any(
+                xla.sharded(parameter) for parameter in self.steps.model.parameters())):
             steps = self.steps
             steps.learning_rate.set(state.global_step)  # the compiled path computes it in-graph
             # The model's and the optimizer's tensors reach the host in one transfer.
@@ -221,6 +226,7 @@ class RunCheckpoints:
             if steps.average is not None:  # --ema_decay's averages (``weight_average``)
                 tensors["ema"] = steps.average.state_dict()
             snapshot = to_cpu(tensors, xla.to_host)
+        if writes:
             snapshot.update({
                 "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
                 "step": state.global_step, "loss_total": total,

@@ -17,7 +17,9 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec.api import ML, VERTEX
+from jobspec.container_args import mesh_rule
 from jobspec.findings import ERROR, Finding, join
+from jobspec.gke_tpus import slice_shape
 from jobspec.images import PJRT, XRT, runtime_of_base, xrt_runtime_of
 from jobspec.jobset import jobset_rules, tpu_containers
 from jobspec.k8s_schema import JOBSET_API, check_jobset_schema
@@ -126,7 +128,21 @@ def _check_vertex(spec: Dict[str, Any], region: Optional[str]) -> List[Finding]:
         container = pool.get("containerSpec")
         findings += _image(container.get("imageUri") if isinstance(container, dict)
                            else None, path + ".containerSpec.imageUri")
+        findings += _vertex_mesh(pool, path)
     return findings + _output_directory(spec) + region_advice(region, "--region")
+
+
+def _vertex_mesh(pool: Dict[str, Any], path: str) -> List[Finding]:
+    """``mesh_rule`` on a pool's container ``args``, against its ``tpuTopology``'s chips."""
+    container = pool.get("containerSpec")
+    args = container.get("args") if isinstance(container, dict) else None
+    if not isinstance(args, list):
+        return []
+    machine = pool.get("machineSpec")
+    topology = machine.get("tpuTopology") if isinstance(machine, dict) else None
+    shape = (slice_shape(topology) if isinstance(topology, str)
+             and re.fullmatch(r"[0-9]+(x[0-9]+)+", topology) else None)
+    return mesh_rule([str(arg) for arg in args], path + ".containerSpec.args", shape)
 
 
 def _check_jobset(job: Dict[str, Any]) -> List[Finding]:

@@ -485,3 +485,30 @@ def test_the_rules_and_the_cloudbuild_checks_do_not_import_each_other(module, ne
     loaded = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True,
                             text=True, check=True).stdout.split()
     assert never not in loaded
+
+
+def documented_vertex_lm_args():
+    """docs/submitting.md's language-model submit: its JOB_ARGS, as the container gets them."""
+    import re
+    import shlex
+
+    page = (REPO / "docs" / "submitting.md").read_text()
+    block = page[page.index("A language model ([trainer.lm]"):]
+    return shlex.split(re.search(r'JOB_ARGS="([^"]*)"', block).group(1))
+
+
+@pytest.mark.parametrize("mesh, problem", [
+    (None, None),
+    ("--mesh=data:2,fsdp:2", None),
+    ("--mesh=fsdp:8", "--mesh=fsdp:8 is 8 devices; the job has 4 (the slice's chips)"),
+])
+def test_the_documented_language_model_job_passes_and_a_mesh_of_other_chips_does_not(mesh,
+                                                                                   problem):
+    job = yaml.safe_load((REPO / "config" / "vertex-tpu-v6e.yaml").read_text())
+    set_image(job, "gcr.io/my-project/trainer:v1")
+    set_base_output_dir(job, "gs://my-bucket/jobs/lm-1")
+    args = documented_vertex_lm_args() + ([mesh] if mesh else [])
+    assert args[0] == "--trainer=python -m trainer.lm" and "--sharding=fsdp" in args
+    job["workerPoolSpecs"][0]["containerSpec"]["args"] = args
+    errors = [finding for finding in check_job(job) if finding.level == "error"]
+    assert [finding.problem for finding in errors] == ([problem] if problem else [])

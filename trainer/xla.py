@@ -474,11 +474,13 @@ def device_bytes(tensors: Sequence[torch.Tensor]) -> int:
     there, a whole one whole."""
     total = 0
     for tensor in tensors:
-        if sharded(tensor):
-            piece = torch_xla._XLAC._get_local_shards([tensor])[0][0][0]
-            total += piece.numel() * piece.element_size()
-        else:
-            total += tensor.numel() * tensor.element_size()
+        elements = tensor.numel()
+        if sharded(tensor):  # from where the first shard lies: no shard's data is fetched
+            _, region = torch_xla._XLAC._get_local_shard_replica_and_indices([tensor])[0][0]
+            elements = 1
+            for part, size in zip(region, tensor.shape):
+                elements *= len(range(*part.indices(size)))
+        total += elements * tensor.element_size()
     return total
 
 

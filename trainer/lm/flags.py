@@ -3,13 +3,13 @@ the job: ``python -m trainer.lm --data_dir=SHARDS [--flags]``.
 
 The model is ``trainer.lm.decoder``'s (RMSNorm, rotary positions, grouped-query attention,
 SwiGLU, tied embeddings, attention within each document), sized by ``--preset`` and the size
-flags, or yours:
-``--model=PACKAGE.MODULE:CALLABLE``, called as ``CALLABLE(vocab_size=V, seq_len=L)`` and
-returning a module that maps tokens ``N x L`` to logits ``N x L x V``. The data: shards of
-``python -m trainer.data.make_token_shards`` (a folder or ``gs://``), or ``--fake_data``.
-Each example is a window of ``--seq_len`` tokens; ``--batch_size`` counts windows per device.
-Evaluation reports the loss (per token), its perplexity and the token accuracy; the progress
-line and ``summary.json`` the tokens per second per device and, on a TPU, the MFU. AdamW at
+flags, or yours: ``--model=PACKAGE.MODULE:CALLABLE``, called as
+``CALLABLE(vocab_size=V, seq_len=L)`` (and ``--model_kwargs``' keywords), returning a module
+that maps tokens ``N x L`` to logits ``N x L x V``. The data: shards of ``python -m
+trainer.data.make_token_shards`` (a folder or ``gs://``), or ``--fake_data``. Each example is
+a window of ``--seq_len`` tokens; ``--batch_size`` counts windows per device. Evaluation
+reports the loss (per token), its perplexity and the token accuracy; the progress line and
+``summary.json`` the tokens per second per device and, on a TPU, the MFU. AdamW at
 ``--lr=0.0003`` as given (``--lr_batch=0``), weight decay 0.1, by default."""
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ class LmOptions:
 
 
 def define_flags(flag_values: Any = FLAGS) -> None:
-    define_common_flags(exclude=("image_size", "label_smoothing", "max_bad_images",
-                                 "model_kwargs"),
+    define_common_flags(exclude=("image_size", "label_smoothing", "max_bad_images"),
                         flag_values=flag_values, batch_size=8, num_epochs=1,
                         optimizer="adamw", lr=3e-4, lr_batch=0, weight_decay=0.1,
                         warmup_epochs=0.0, log_steps=20, num_workers=0, model="")

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer import devices, models, storage
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, parse_model_kwargs
 from trainer.data.tokens.shards import BYTES_EOS, BYTES_VOCABULARY, read_index, read_split
 from trainer.data.tokens.windows import TokenWindows
 from trainer.data.workers import resolve_workers
@@ -61,18 +61,30 @@ def build_model(config: TrainConfig, options: LmOptions, vocab_size: int,
                 eos: int = -1) -> torch.nn.Module:
     """``--model``'s callable, or the decoder of ``--preset`` and the size flags (attention
     kept within each document: ``eos``)."""
+    extra = parse_model_kwargs(config.model_kwargs)
     if not config.model:
+        if extra:
+            raise TrainerError("--model_kwargs is for --model=PACKAGE.MODULE:CALLABLE",
+                               "size the built-in decoder with --preset and --width, --layers "
+                               "...", EX_USAGE)
         return Decoder(replace(preset(
             options.preset, vocab_size, options.seq_len, width=options.width,
             layers=options.layers, heads=options.heads, kv_heads=options.kv_heads,
             hidden=options.hidden), tie_embeddings=options.tie_embeddings, eos=eos))
+    taken = sorted(set(extra) & {"vocab_size", "seq_len"})
+    if taken:
+        raise TrainerError("--model_kwargs sets {}, which the trainer sets itself".format(
+            taken[0]), "leave it out: the vocabulary comes from the shards, the length from "
+            "--seq_len", EX_USAGE)
     target = models.import_callable(config.model)
+    kwargs = dict(extra, vocab_size=vocab_size, seq_len=options.seq_len)
     try:
-        model = target(vocab_size=vocab_size, seq_len=options.seq_len)
+        model = target(**kwargs)
     except Exception as error:  # the user's code
-        raise TrainerError("--model={}(vocab_size={}, seq_len={}) failed: {}".format(
-            config.model, vocab_size, options.seq_len, models.cause(error)),
-            "a language model's callable takes vocab_size and seq_len", EX_USAGE)
+        raise TrainerError("--model={}({}) failed: {}".format(
+            config.model, ", ".join("{}={!r}".format(*item) for item in kwargs.items()),
+            models.cause(error)), "a language model's callable takes vocab_size and seq_len "
+            "(and --model_kwargs' keywords)", EX_USAGE)
     if not isinstance(model, torch.nn.Module):
         raise TrainerError("--model={} returned a {}, not a torch.nn.Module".format(
             config.model, type(model).__name__), "return the model itself", EX_USAGE)

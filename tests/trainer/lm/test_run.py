@@ -87,12 +87,13 @@ USER_MODEL = '''
 import torch
 
 class Bigram(torch.nn.Module):
-    def __init__(self, vocab_size, seq_len):
+    def __init__(self, vocab_size, seq_len, scale=1.0):
         super().__init__()
         self.table = torch.nn.Embedding(vocab_size, vocab_size)
+        self.scale = scale
 
     def forward(self, tokens):
-        return self.table(tokens)
+        return self.table(tokens) * self.scale
 
 def wrong(vocab_size, seq_len):
     return torch.nn.Embedding(vocab_size, 3)
@@ -103,8 +104,16 @@ def test_a_model_of_the_users_trains_by_flag_and_a_wrong_one_is_one_line(shards,
                                                                          monkeypatch):
     (tmp_path / "user_lm.py").write_text(USER_MODEL)
     monkeypatch.syspath_prepend(str(tmp_path))
-    summary = train(shards, tmp_path / "job", model="user_lm:Bigram", lr=0.1)
+    summary = train(shards, tmp_path / "job", model="user_lm:Bigram", lr=0.1,
+                    model_kwargs='{"scale": 0.5}')
     assert summary["final_eval_loss"] < math.log(257)
+    for kwargs, text in (('{"seq_len": 8}', "--model_kwargs sets seq_len, which the trainer "
+                                             "sets itself"),
+                         ('{"depth": 2}', "--model=user_lm:Bigram(depth=2, vocab_size=257, "
+                                          "seq_len=32) failed: TypeError")):
+        with pytest.raises(TrainerError, match=re.escape(text)) as raised:
+            train(shards, tmp_path / "bad", model="user_lm:Bigram", model_kwargs=kwargs)
+        assert raised.value.exit_code == 64
     with pytest.raises(TrainerError) as raised:
         train(shards, tmp_path / "wrong", model="user_lm:wrong")
     assert raised.value.exit_code == 64

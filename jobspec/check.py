@@ -17,7 +17,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from jobspec.api import ML, VERTEX
-from jobspec.container_args import mesh_rule
+from jobspec.container_args import mesh_rule, trainer_module
 from jobspec.findings import ERROR, Finding, join
 from jobspec.gke_tpus import slice_shape
 from jobspec.images import PJRT, XRT, runtime_of_base, xrt_runtime_of
@@ -136,8 +136,8 @@ def _vertex_mesh(pool: Dict[str, Any], path: str) -> List[Finding]:
     """``mesh_rule`` on a pool's container ``args``, against its ``tpuTopology``'s chips."""
     container = pool.get("containerSpec")
     args = container.get("args") if isinstance(container, dict) else None
-    if not isinstance(args, list):
-        return []
+    if not isinstance(args, list) or not trainer_module(container, [str(a) for a in args]):
+        return []  # no arguments, or a command of the user's own: its flags are its own
     machine = pool.get("machineSpec")
     topology = machine.get("tpuTopology") if isinstance(machine, dict) else None
     shape = (slice_shape(topology) if isinstance(topology, str)

@@ -204,7 +204,8 @@ def _container(container: Dict[str, Any], path: str, pod: Dict[str, Any], pod_pa
                                                                          pod, pod_path)
     trainer = trainer_module(container, args)
     findings += trainer_rule(trainer, args, path + ".args", shape)
-    findings += mesh_rule(args, path + ".args", shape)
+    if trainer:  # the trainers' flags; a command of the user's own may mean others by them
+        findings += mesh_rule(args, path + ".args", shape)
     if trainer == IMAGENET and shape is not None:
         findings += shared_memory_rule(args, container, path, pod, pod_path, shape)
     return findings

@@ -112,6 +112,13 @@ class BatchLoss:
     def __call__(self, outputs: Any, batch: Any) -> torch.Tensor:
         return self.function(outputs, batch)
 
+    def to(self, device: Any) -> "BatchLoss":
+        """Itself, its function moved to ``device`` where that is a Module holding tensors
+        (class weights): as ``fit`` moves a loss that is a Module."""
+        if isinstance(self.function, torch.nn.Module):
+            self.function = self.function.to(device)
+        return self
+
 
 def loss_of(loss_fn: Callable, outputs: Any, inputs: Any, targets: Any) -> torch.Tensor:
     """The loss of a batch: ``loss_fn(outputs, targets)``, or for a ``BatchLoss``

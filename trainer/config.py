@@ -348,10 +348,10 @@ def config_from_flags(flag_values: Any = FLAGS, **fixed: Any) -> TrainConfig:
     if ("warmup_epochs" in flag_values and not flag_values["warmup_epochs"].present
             and "num_epochs" in values):
         values["warmup_epochs"] = min(values["warmup_epochs"], values["num_epochs"])
-    # A trainer's SGD defaults do not suit AdamW asked for on the command line; a trainer
-    # whose own default is AdamW (trainer.lm) has defaults for it.
+    # A trainer's SGD defaults do not suit AdamW asked for instead; a trainer whose own
+    # default is AdamW (trainer.lm) has defaults for it, given or not.
     if (values.get("optimizer") == "adamw" and "optimizer" in flag_values
-            and flag_values["optimizer"].present):
+            and flag_values["optimizer"].default != "adamw"):
         for name, value in ADAMW_DEFAULTS.items():
             if name in flag_values and not flag_values[name].present:
                 values[name] = value

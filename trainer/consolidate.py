@@ -3,7 +3,8 @@
 
 A run writes ``model.pt`` when it completes; this makes the same file from any checkpoint
 afterwards: the newest that passes its checks (digest, finite values) by default, the one of
-step ``--step``, or the one ``--keep_best`` kept (``--best``: ``best.json``'s). The file goes
+step ``--step``, or the one ``--keep_best`` kept (``--best``: ``best.json``'s; for an
+``ema_`` figure, its averaged weights, as ``model-best.pt`` holds them). The file goes
 to the job dir (local or ``gs://``) as ``--out`` (default ``model-step-N.pt``), through a
 temporary file and a rename; plain torch loads it (``model.load_state_dict(torch.load(f))``).
 Checkpoints hold whole tensors under any ``--sharding``, so this reads one file.
@@ -25,24 +26,31 @@ from trainer.checkpoints import CheckpointStore, checkpoint_name, save_state, si
 from trainer.errors import EX_USAGE, DataError, TrainerError
 from trainer.outputs import OutputPaths, checkpoint_directory
 from trainer.storage import open_dir
+from trainer.weight_average import PREFIX as AVERAGED
 
 log = logging.getLogger("trainer")
 
 
-def chosen_step(store: CheckpointStore, model_dir: Any, step: int, best: bool
-                ) -> Optional[int]:
-    """The step whose checkpoint is asked for: ``step``, best.json's, or None: the newest."""
-    if best:
-        if not model_dir.exists(BEST_RECORD):
-            raise DataError("{} holds no {}: the run kept no best checkpoint".format(
-                model_dir.join(""), BEST_RECORD), "run it with --keep_best=NAME, or drop "
-                "--best for the newest checkpoint")
+def best_record(model_dir: Any) -> Dict[str, Any]:
+    """``best.json`` (``--keep_best``'s record); a data error naming it where there is none,
+    it is not one, or it names no checkpoint."""
+    where = model_dir.join(BEST_RECORD)
+    if not model_dir.exists(BEST_RECORD):
+        raise DataError("{} holds no {}: the run kept no best checkpoint".format(
+            model_dir.join(""), BEST_RECORD), "run it with --keep_best=NAME, or drop --best "
+            "for the newest checkpoint")
+    try:
         record = json.loads(model_dir.read_bytes(BEST_RECORD).decode())
-        if not record.get("checkpoint"):
-            raise DataError("{} names no checkpoint (the run wrote none)".format(
-                model_dir.join(BEST_RECORD)), "its weights are model-best.pt already")
-        return int(record["step"])
-    return step or None
+    except ValueError as error:
+        raise DataError("{} is not JSON: {}".format(where, error),
+                        "name the checkpoint with --step instead")
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        raise DataError("{} is no record of --keep_best (no step)".format(where),
+                        "name the checkpoint with --step instead")
+    if not record.get("checkpoint"):
+        raise DataError("{} names no checkpoint (the run wrote none)".format(where),
+                        "its weights are model-best.pt already")
+    return record
 
 
 def consolidate(job_dir: str, step: int = 0, best: bool = False, out: str = ""
@@ -52,7 +60,8 @@ def consolidate(job_dir: str, step: int = 0, best: bool = False, out: str = ""
     directory = checkpoint_directory(paths)
     store = CheckpointStore(directory, writes=False)
     model_dir = open_dir(paths.model_dir)
-    wanted = chosen_step(store, model_dir, step, best)
+    record = best_record(model_dir) if best else {}
+    wanted: Optional[int] = record["step"] if best else (step or None)
     steps = store.steps()
     if wanted is None:
         found = store.load_latest()
@@ -67,7 +76,9 @@ def consolidate(job_dir: str, step: int = 0, best: bool = False, out: str = ""
                 "name one of those with --step, or drop it for the newest")
         state = store.load(wanted)
     name = out or "model-step-{}.pt".format(wanted)
-    model: Dict[str, Any] = state["model"]
+    model: Dict[str, Any] = dict(state["model"])
+    if str(record.get("metric", "")).startswith(AVERAGED) and state.get("ema"):
+        model.update(state["ema"])  # --keep_best=ema_...: the averaged weights were the best
     model_dir.write_file(name, lambda stream: save_state(model, stream), needs=size_of(model))
     where = model_dir.join(name)
     log.info("the model of %s (step %d) written to %s: torch.load it, then "

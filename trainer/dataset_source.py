@@ -33,6 +33,7 @@ import logging
 import numbers
 import random
 import sys
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -129,7 +130,7 @@ LABELS, LABEL = "labels", "label"
 def as_input(value: Any, what: str, where: str) -> Any:
     """An item's input: a tensor (``as_tensor``), or a tuple, list or dict of inputs (string
     keys), nested alike."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or a Hugging Face BatchEncoding (a UserDict)
         for key in value:
             if not isinstance(key, str):
                 raise DataError("{}: its {} has a key {!r}, not a name".format(
@@ -163,7 +164,7 @@ def as_pair(item: Any, where: str) -> Tuple[Any, torch.Tensor]:
     tuple, list or dict of them, the target a tensor; a dict (a Hugging Face row) is the input
     whole and its ``labels`` (or ``label``) the target. Anything else is a data error naming
     ``where`` it comes from."""
-    if isinstance(item, dict):
+    if isinstance(item, Mapping):  # a dict, or what Hugging Face's collators return
         row = as_input(item, "row", where)
         if LABEL in row and LABELS not in row:
             row[LABELS] = row.pop(LABEL)
@@ -433,7 +434,8 @@ class DatasetSource(DataSource):
                                                          collate_fn=collate_fn)
                                              if eval_set is not None else (None, None))
         # Batches of a collate_fn's may change shape: each new one is logged (it compiles).
-        self._shapes = {name: BatchShapes(name) for name in ("train_set", "eval_set")
+        self._shapes = {name: BatchShapes(name, host.count) for name in ("train_set",
+                                                                          "eval_set")
                         } if collate_fn is not None else {}
         self.steps_per_epoch = steps_in(self.train_size, batch_size, "train_set", devices)
         self.eval_steps = -(-self.eval_size // eval_batch_size)
@@ -538,12 +540,14 @@ class DatasetSource(DataSource):
 class BatchShapes:
     """The batch shapes a set's ``collate_fn`` has made so far: each new one is logged (the
     steps compile once more for it: seconds on the CPU, up to minutes for a large model on a
-    TPU), and past ``MANY`` one warning names the cost and the fix."""
+    TPU), and past ``MANY`` one warning names the cost and the fix. ``hosts`` > 1: each host
+    collates its own piece of a step's batch, and the pieces must have one shape to form the
+    batch, so a second shape is a data error (a hang in the devices' transfer otherwise)."""
 
     MANY = 8
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, hosts: int = 1) -> None:
+        self.name, self.hosts = name, hosts
         self.seen: set = set()
 
     def see(self, batch: Batch) -> None:
@@ -551,6 +555,12 @@ class BatchShapes:
         shape = tuple(tuple(tensor.shape) for tensor in tensors)
         if shape in self.seen:
             return
+        if self.seen and self.hosts > 1:
+            raise DataError("{}: collate_fn made a batch of another shape ({}) on a slice of "
+                            "{} hosts, where each host collates its own piece of a step and "
+                            "the pieces must have one shape".format(
+                                self.name, describe(batch[0]), self.hosts),
+                            "pad to one fixed length in collate_fn on several hosts")
         self.seen.add(shape)
         log.info("%s: batch shape %d, %s: the steps compile for it once", self.name,
                  len(self.seen), describe(batch[0]))

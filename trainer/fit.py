@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 import torch
 
 from trainer import devices, divergence, restart, stop_signal, tied_weights, xla
+from trainer.batch_tree import BatchLoss
 from trainer.batches import DataSource, RunSchedule
 from trainer.best_model import BestModel, parse_best
 from trainer.checkpoints import to_cpu
@@ -31,7 +32,7 @@ from trainer.config import (
     TrainConfig,
     parse_profile_steps,
 )
-from trainer.errors import Preempted
+from trainer.errors import EX_USAGE, Preempted, TrainerError
 from trainer.job_totals import JobTotals
 from trainer.loop import EpochHooks, LoopState, evaluate, train_epoch
 from trainer.optim import build_optimizer
@@ -96,14 +97,15 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         cache = scratch.enter_context(CompileCache.for_run(config.compile_cache, paths, writes))
         counts = GraphCounts()
         dev = xla.device()
-        path = xla.step_path(config.step_mode)
+        path = _step_path(config, spec.loss_fn)
         # Read on the host, before the move: buffers given as nan or inf (a -inf mask).
         given_non_finite = divergence.given_non_finite(spec.model)
         model = tied_weights.to_device(spec.model, dev)  # tied parameters stay one
         # --sharding: the parameters split over the mesh before anything holds copies of them.
         sharding, shard_plan = place_model(config, model, topology, dev)
         # A loss that is a Module may hold tensors (CrossEntropyLoss(weight=...)): with the model.
-        loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, torch.nn.Module) \
+        loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, (torch.nn.Module,
+                                                                    BatchLoss)) \
             else spec.loss_fn
         steps_per_epoch = _steps_per_epoch(config, spec.data)
         spec.data.schedule(RunSchedule(config.epochs(steps_per_epoch), config.eval_every_epochs,
@@ -432,12 +434,31 @@ class _Run:
         return weights
 
 
+def _step_path(config: TrainConfig, loss_fn: Any) -> str:
+    """``--step_mode``'s path, lazy where the loss is a Module holding tensors
+    (``CrossEntropyLoss(weight=...)``): the compiled step traces the model's tensors as its
+    inputs, not a loss's (``graph_step``); asked for by name, that is a usage error."""
+    path = xla.step_path(config.step_mode)
+    module = loss_fn.function if isinstance(loss_fn, BatchLoss) else loss_fn
+    holds = isinstance(module, torch.nn.Module) and any(
+        True for _ in itertools.chain(module.parameters(), module.buffers()))
+    if path != xla.COMPILED or not holds:
+        return path
+    if config.step_mode == xla.COMPILED:
+        raise TrainerError("--step_mode=compiled: loss_fn ({}) holds tensors, which the "
+                           "compiled step does not take yet".format(type(module).__name__),
+                           "use --step_mode=lazy (or auto, which chooses it)", EX_USAGE)
+    log.info("loss_fn (%s) holds tensors: the steps run lazily (the compiled step takes only "
+             "the model's tensors)", type(module).__name__)
+    return xla.LAZY
+
+
 def _token_rates(spec: TrainSpec, dev: torch.device) -> Optional[TokenRates]:
     """A language model's tokens/s and MFU figures (None for other models), against the
     peak of the chip ``dev`` is (``trainer.chips``; none known: no MFU)."""
     if not spec.tokens_per_example:
         return None
-    found = chip(str(xla.device_kind(dev)))
+    found = chip(xla.chip_kind(dev))
     return TokenRates(spec.tokens_per_example, spec.flops_per_token,
                       found.peak_flops if found is not None else None)
 

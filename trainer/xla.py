@@ -58,6 +58,17 @@ def device_kind(dev: torch.device) -> str:
     return str(xm.xla_device_hw(dev))
 
 
+def chip_kind(dev: torch.device) -> str:
+    """The runtime's name of the device's chip (``TPU v5 lite``, ``TPU v6 lite``: what
+    ``trainer.chips`` looks up); ``device_kind``'s where this torch_xla has no such name
+    (1.x) or cannot give it."""
+    kind_of = getattr(xm, "xla_device_kind", None)
+    try:
+        return str(kind_of(dev)) if kind_of is not None else device_kind(dev)
+    except RuntimeError:
+        return device_kind(dev)
+
+
 def device_number(value: float, dev: torch.device,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``value`` as device *data* of shape (1,), so that a graph that reads it traces the same

@@ -568,3 +568,9 @@ def test_a_mesh_the_slice_cannot_form_is_an_error_on_the_arguments(changed, text
         args = [arg for arg in args if not arg.startswith("--mesh=")]
     [finding] = errors(ready(TEMPLATES[0], args))
     assert finding.path == CONTAINER + ".args" and finding.problem == text
+
+
+def test_a_command_of_the_users_own_may_mean_other_things_by_mesh():
+    """After ``--`` the container runs the user's command: its --mesh is its own."""
+    args = ["--job-dir=gs://my-bucket/jobs/own", "--", "python", "maxtext.py", "--mesh=2x2"]
+    assert errors(ready(TEMPLATES[0], args)) == []

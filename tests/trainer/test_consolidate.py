@@ -78,3 +78,11 @@ def test_what_cannot_be_done_is_one_line(job, tmp_path, capsys, args, code, text
     filled = [arg.format(job=job, empty=tmp_path / "empty") for arg in args]
     assert main(filled) == code
     assert text in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("written, text", [("{", "is not JSON"),
+                                           ('{"metric": "loss"}', "is no record of --keep_best")])
+def test_a_damaged_best_json_is_one_line(tmp_path, capsys, written, text):
+    (tmp_path / "best.json").write_text(written)
+    assert main([str(tmp_path), "--best"]) == 65
+    assert text in capsys.readouterr().err

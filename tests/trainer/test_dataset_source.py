@@ -5,12 +5,14 @@ rows) and cut by ``real_rows``; each new shape logged, many shapes warned of onc
 that fails or returns what cannot be a batch is one line naming the items, also from a data
 worker."""
 
+import collections
 import logging
 import re
 
 import pytest
 import torch
 
+from trainer.batches import HostPart
 from trainer.dataset_source import BatchShapes, DatasetSource
 from trainer.errors import DataError
 
@@ -135,3 +137,25 @@ def test_a_collate_fn_that_cannot_make_a_batch_is_one_line_naming_the_items(coll
     pattern = re.escape(text).replace(re.escape("{}"), r"[0-9, .]+")
     assert re.fullmatch(pattern, raised.value.message), raised.value.message
     assert raised.value.exit_code == 65
+
+
+def test_on_a_slice_of_several_hosts_a_second_batch_shape_is_one_line():
+    """Each host collates its piece of a step: pieces of different shapes cannot form the
+    step's batch, so there collate_fn must pad to one length (here host 0 of 2, injected)."""
+    source = DatasetSource(Sentences(32), None, 8, 8, seed=0, host=HostPart(0, 2),
+                           collate_fn=pad_to_longest)
+    with pytest.raises(DataError, match=r"train_set: collate_fn made a batch of another shape "
+                                        r"\(\{attention_mask: torch.int64 \(4, \d\), "
+                                        r".* on a slice of 2 hosts"):
+        list(source.train_batches(0))
+    source.close()
+
+
+def test_a_hugging_face_collators_batch_encoding_is_a_batch_of_rows():
+    """Hugging Face's collators return a BatchEncoding, a UserDict, not a dict."""
+    source = DatasetSource(Sentences(16), None, 4, 4, seed=0,
+                           collate_fn=lambda rows: collections.UserDict(pad_to_longest(rows)))
+    x, y = next(iter(source.train_batches(0)))
+    source.close()
+    assert isinstance(x, dict) and sorted(x) == ["attention_mask", "input_ids", "labels"]
+    assert x["labels"] is y

@@ -753,6 +753,33 @@ def varying_length_run(tmp_path, caplog, **flags):
     return summary
 
 
+class WeightedTokenLoss(torch.nn.Module):
+    """A loss of the batch that is a Module holding a tensor (a weight per token id), as a
+    class-weighted loss is: it moves to the device with the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("weight", torch.linspace(0.5, 1.5, VOCABULARY))
+
+    def forward(self, outputs, batch):
+        return torch.nn.functional.cross_entropy(outputs.logits.transpose(1, 2),
+                                                 batch["labels"], weight=self.weight)
+
+
+def test_a_loss_module_of_the_batch_moves_to_the_device_with_the_model(tmp_path):
+    """The steps then run lazily (--step_mode=auto): the compiled step takes the model's
+    tensors only; --step_mode=compiled asked for by name is one line."""
+    summary = train(TokenScorer(), tmp_path / "job", WeightedTokenLoss(), Sentences(32, 0),
+                    Sentences(8, 1), collate_fn=pad_to_longest, num_epochs=1,
+                    step_mode="auto")
+    assert summary["final_eval_loss"] > 0 and summary["step_path"] == "lazy"
+    with pytest.raises(TrainerError, match=re.escape(
+            "--step_mode=compiled: loss_fn (WeightedTokenLoss) holds tensors")) as raised:
+        train(TokenScorer(), tmp_path / "compiled", WeightedTokenLoss(), Sentences(32, 0),
+              Sentences(8, 1), collate_fn=pad_to_longest, step_mode="compiled")
+    assert raised.value.exit_code == 64
+
+
 # --- your own metrics, reported -----------------------------------------------------------------
 
 @pytest.mark.parametrize("step_mode", ["compiled", "lazy"])

@@ -124,11 +124,13 @@ def convert(source: str, dest: str, val_every: int, text_field: str) -> Dict[str
     damage = Damage()
     records: Dict[str, List[Dict[str, Any]]] = {split: [] for split in SPLITS}
     made = 0
+    # What decides a shard's tokens besides its input: another value makes it again.
+    made_with = {"val_every": val_every, "text_field": text_field}
     for number, name in enumerate(names):
         wanted = {split: shard_name(split, number) for split in SPLITS}
         done = {split: read_record(out, wanted[split]) for split in SPLITS}
         if all(record is not None and record.get("source") == name
-               for record in done.values()):
+               and record.get("made_with") == made_with for record in done.values()):
             for split in SPLITS:
                 records[split].append(done[split])
             continue
@@ -136,7 +138,8 @@ def convert(source: str, dest: str, val_every: int, text_field: str) -> Dict[str
         for split in SPLITS:
             chosen = [doc for line, doc in docs if to_val(name, line, val_every) == (
                 split == "val")]
-            records[split].append(write_shard(out, wanted[split], tokens_of(chosen), name))
+            records[split].append(write_shard(out, wanted[split], tokens_of(chosen), name,
+                                              made_with))
         made += 1
     totals = {split: sum(record["tokens"] for record in records[split]) for split in SPLITS}
     if not totals["train"]:

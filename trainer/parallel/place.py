@@ -33,12 +33,13 @@ def place_model(config: TrainConfig, model: torch.nn.Module, topology: devices.T
     slots = optimizer_slots(config)
     choice, why = mesh.resolve(config.sharding,
                                fsdp.replicated_bytes(model.parameters(), slots),
-                               mesh.device_memory(str(xla.device_kind(dev))))
+                               mesh.device_memory(xla.chip_kind(dev)))
     shape = mesh.mesh_shape(choice, config.mesh, topology.devices)
     sharding = devices.batch_sharding(topology, shape.fsdp)
     if not shape.sharded or sharding is None:
         if choice == mesh.FSDP:
-            log.info("%s on one device: nothing to split, every tensor whole", why)
+            log.info("%s over %s: an fsdp axis of 1, nothing to split, every tensor whole",
+                     why, shape.describe())
         return sharding, None
     plan = fsdp.ShardPlan(model.named_parameters(), shape.fsdp, slots)
     for name, parameter in model.named_parameters():

@@ -62,6 +62,8 @@ def test_a_rerun_makes_only_the_shards_still_missing(tmp_path, capsys):
     assert main(args) == 0
     assert "from 2 files (1 made now, the rest done before)" in capsys.readouterr().out
     assert (tmp_path / "shards" / "train-000001.bin").read_bytes() == first
+    assert main(args + ["--val_every", "2"]) == 0  # another split: every shard made again
+    assert "from 2 files (2 made now" in capsys.readouterr().out
 
 
 def test_a_changed_shard_is_named_when_read(tmp_path):

@@ -24,13 +24,15 @@ def shard_name(split: str, number: int) -> str:
     return "{}-{:06d}.bin".format(split, number)
 
 
-def write_shard(directory: Any, name: str, tokens: numpy.ndarray, source: str) -> Dict[str, Any]:
+def write_shard(directory: Any, name: str, tokens: numpy.ndarray, source: str,
+                made_with: Any = None) -> Dict[str, Any]:
     """``tokens`` as shard ``name`` in ``directory`` (atomically), then its record
-    ``NAME.json`` (what marks it done); returns the record."""
+    ``NAME.json`` (what marks it done; ``made_with``: the options that decide its tokens);
+    returns the record."""
     data = tokens.astype(TOKEN_DTYPE).tobytes()
     directory.write_bytes(name, data)
     record = {"name": name, "tokens": int(len(tokens)), "sha256": hashlib.sha256(data)
-              .hexdigest(), "source": source}
+              .hexdigest(), "source": source, "made_with": made_with}
     directory.write_bytes(name[:-len(".bin")] + ".json",
                           (json.dumps(record, sort_keys=True) + "\n").encode())
     return record
@@ -42,9 +44,10 @@ def read_record(directory: Any, name: str) -> Any:
     if not directory.exists(record_name):
         return None
     try:
-        return json.loads(directory.read_bytes(record_name).decode())
+        record = json.loads(directory.read_bytes(record_name).decode())
     except ValueError:
         return None
+    return record if isinstance(record, dict) else None
 
 
 def write_index(directory: Any, records: Dict[str, List[Dict[str, Any]]], vocab_size: int,
@@ -67,9 +70,15 @@ def read_index(directory: Any) -> Dict[str, Any]:
     except ValueError as error:
         raise DataError("{} is not JSON: {}".format(directory.join(INDEX_NAME), error),
                         "make the shards again (the same command resumes)")
-    if not isinstance(index, dict) or index.get("format") != FORMAT:
-        raise DataError("{} is no token index of format {}".format(directory.join(INDEX_NAME),
-                                                                   FORMAT),
+    splits = index.get("splits") if isinstance(index, dict) else None
+    if (not isinstance(index, dict) or index.get("format") != FORMAT
+            or not isinstance(index.get("vocab_size"), int) or not isinstance(index.get("eos"), int)
+            or not isinstance(splits, dict) or not all(
+                isinstance(records, list) and all(isinstance(record, dict) and "name" in record
+                                                  and "sha256" in record for record in records)
+                for records in splits.values())):
+        raise DataError("{} is no token index of format {} (its vocabulary, end token and "
+                        "shards)".format(directory.join(INDEX_NAME), FORMAT),
                         "make the shards with this version's make_token_shards")
     return index
 

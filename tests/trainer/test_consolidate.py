@@ -1,5 +1,6 @@
 """trainer.consolidate: the model of the newest checkpoint is model.pt's; of ``--step N`` that
-checkpoint's; ``--best`` the one ``--keep_best`` kept; a buffer the model was given as -inf
+checkpoint's; ``--best`` the one ``--keep_best`` kept (an ``ema_`` figure's: the averaged
+weights); a buffer the model was given as -inf
 (a mask) does not make its checkpoints unreadable; a job dir without checkpoints, a step it
 does not hold and a ``--best`` without best.json are one line each."""
 
@@ -30,14 +31,15 @@ class Masked(torch.nn.Module):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """A run of 2 epochs of 6 steps, a checkpoint after each (steps 6 and 12), the best
-    evaluation's kept."""
+    evaluation of the averaged weights kept (--keep_best=ema_loss: model-best.pt holds the
+    averages)."""
     job = tmp_path_factory.mktemp("consolidate") / "job"
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(64, 6, generator=generator)
     data = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())
     config = TrainConfig(data_dir=own_flags.DATA_FROM, batch_size=8, num_epochs=2, lr=0.1,
                          lr_batch=0, num_workers=0, log_steps=0, job_dir=str(job), seed=1,
-                         keep_best="loss")
+                         keep_best="ema_loss", ema_decay=0.5)
     own_loop.run_own(config, OutputPaths.resolve(str(job), {}), Masked(),
                      torch.utils.data.Subset(data, range(48)),
                      torch.utils.data.Subset(data, range(48, 64)), None)

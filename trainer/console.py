@@ -8,10 +8,12 @@ from below without importing another's plumbing.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from typing import Callable, List, Optional
 
-from trainer.errors import TrainerError
+from trainer.errors import EX_USAGE, TrainerError
 
 
 class _CurrentStdout(logging.StreamHandler):
@@ -47,3 +49,20 @@ def report(error: TrainerError) -> int:
     if error.hint:
         print("HINT: {}".format(error.hint), file=sys.stderr)
     return error.exit_code
+
+
+def run_tool(parser: argparse.ArgumentParser, argv: Optional[List[str]],
+             body: Callable[[argparse.Namespace], None]) -> int:
+    """A data tool's ``main``: its log lines configured, ``argv`` parsed (a bad option:
+    argparse's usage line, exit 64; ``--help``: 0), then ``body(args)``, whose
+    ``TrainerError`` becomes its one line and exit code."""
+    configure_logging()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse printed its usage line and the error
+        return EX_USAGE if exit_.code else 0
+    try:
+        body(args)
+    except TrainerError as error:
+        return report(error)
+    return 0

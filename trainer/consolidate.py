@@ -87,9 +87,8 @@ def consolidate(job_dir: str, step: int = 0, best: bool = False, out: str = ""
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trainer.console import configure_logging, report
+    from trainer.console import run_tool
 
-    configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.consolidate",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("job_dir", help="the run's --job_dir, DIR or gs://...")
@@ -100,11 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="the checkpoint --keep_best kept (best.json names it)")
     parser.add_argument("--out", default="", help="the file's name in the job dir (default "
                         "model-step-N.pt)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse printed its usage line and the error
-        return EX_USAGE if exit_.code else 0
-    try:
+
+    def run(args: argparse.Namespace) -> None:
         if args.step < 0:
             raise TrainerError("--step={} is negative".format(args.step),
                                "name a step the run checkpointed", EX_USAGE)
@@ -113,9 +109,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                "it is written in the job dir, e.g. --out=model-final.pt",
                                EX_USAGE)
         consolidate(args.job_dir, args.step, args.best, args.out)
-    except TrainerError as error:
-        return report(error)
-    return 0
+
+    return run_tool(parser, argv, run)
 
 
 if __name__ == "__main__":

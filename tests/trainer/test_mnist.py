@@ -2,6 +2,7 @@
 real digits on both step paths, gs:// job dir and data through fake-gcs-server, hypertune."""
 
 import json
+import logging
 import math
 import os
 
@@ -40,23 +41,41 @@ def test_fake_data_smoke_writes_every_output(tmp_path, monkeypatch):
     reported = json.loads(metric_file.read_text().splitlines()[-1])
     assert float(reported["mnist_accuracy"]) == pytest.approx(summary["final_accuracy"])
 
-def test_a_smoke_run_and_a_rerun_of_a_finished_job_say_what_they_did(tmp_path, caplog,
-                                                                      monkeypatch):
+class Lines(logging.Handler):
+    """The trainer logger's messages, collected (whatever handlers an earlier test's
+    ``configure_logging`` left on it, and whether it propagates)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_smoke_run_and_a_rerun_of_a_finished_job_say_what_they_did(tmp_path):
     """A smoke run's one step compiles: it said "0.0 examples/s steady" where no rate was
     measured; a finished job run again said "resumed ... epoch 2, step 1", as if it trained
     on."""
-    import logging
-
-    monkeypatch.setattr(logging.getLogger("trainer"), "propagate", True)
     paths = OutputPaths.resolve(str(tmp_path / "job"), {})
-    for _ in ("first", "again"):
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="trainer"):
-            summary = mnist.run(smoke_config(smoke=True, num_steps=0), paths=paths)
-        lines = [record.getMessage() for record in caplog.records]
-        [done] = [line for line in lines if line.startswith("done: ")]
-        assert "no steady rate" in done and "examples/s steady" not in done
-        assert summary["steady_examples_per_second"] == 0.0 and summary["global_step"] == 1
+    logger = logging.getLogger("trainer")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        for _ in ("first", "again"):
+            collected = Lines()
+            logger.addHandler(collected)
+            try:
+                summary = mnist.run(smoke_config(smoke=True, num_steps=0), paths=paths)
+            finally:
+                logger.removeHandler(collected)
+            lines = collected.lines
+            [done] = [line for line in lines if line.startswith("done: ")]
+            assert "no steady rate" in done and "examples/s steady" not in done
+            assert summary["steady_examples_per_second"] == 0.0
+            assert summary["global_step"] == 1
+    finally:
+        logger.setLevel(level)
     assert any(line.startswith("resumed from ") and line.endswith(
         ": the run is complete (step 1 of 1); the final model is evaluated and written, and "
         "the run ends") for line in lines), lines

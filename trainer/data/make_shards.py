@@ -266,9 +266,8 @@ def _report_skipped(skipped: List[str]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trainer.console import configure_logging, report
+    from trainer.console import run_tool
 
-    configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.make_shards",
                                      description=__doc__.split("\n\n")[0],
                                      epilog="The source: " + LAYOUT + ".")
@@ -289,11 +288,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="store images with their SHORTER side at most N px, scaled down, "
                         "the longer in proportion (default 0: as they came; --max_side is the "
                         "old name; docs/data.md says what it saves and costs)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse printed its usage line and the error
-        return EX_USAGE if exit_.code else 0
-    try:
+
+    def run(args: argparse.Namespace) -> None:
         if args.shard_size <= 0:
             raise TrainerError("--shard_size={} is not positive".format(args.shard_size),
                                "e.g. --shard_size=1000", EX_USAGE)
@@ -314,9 +310,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         convert(args.source, args.dest, args.shard_size, args.seed, args.workers,
                 args.progress_seconds, args.val_fraction, args.max_side)
-    except TrainerError as error:
-        return report(error)
-    return 0
+
+    return run_tool(parser, argv, run)
 
 
 if __name__ == "__main__":

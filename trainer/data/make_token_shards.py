@@ -153,9 +153,8 @@ def convert(source: str, dest: str, val_every: int, text_field: str) -> Dict[str
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trainer.console import configure_logging, report
+    from trainer.console import run_tool
 
-    configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.make_token_shards",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True,
@@ -165,18 +164,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="one document in this many goes to val (0: none)")
     parser.add_argument("--text_field", default="text",
                         help="the field of each .jsonl line that holds its text")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse printed its usage line and the error
-        return EX_USAGE if exit_.code else 0
-    try:
+
+    def run(args: argparse.Namespace) -> None:
         if args.val_every < 0:
             raise TrainerError("--val_every={} is negative".format(args.val_every),
                                "e.g. --val_every=100, or 0 for no val split", EX_USAGE)
         convert(args.source, args.dest, args.val_every, args.text_field)
-    except TrainerError as error:
-        return report(error)
-    return 0
+
+    return run_tool(parser, argv, run)
 
 
 if __name__ == "__main__":

@@ -364,12 +364,11 @@ def shape_from_flags(hosts: int, devices_per_host: int, batch_size: int, eval_ba
 
 def main(argv: Optional[List[str]] = None) -> int:
     from trainer import storage
-    from trainer.console import configure_logging, report
+    from trainer.console import run_tool
     from trainer.data.shard_index import load_index
     from trainer.data.workers import choose
     from trainer.host_resources import Host
 
-    configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.plan",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", default="",
@@ -393,11 +392,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "limited by memory)")
     parser.add_argument("--image_size", type=int, default=224)
     parser.add_argument("--seed", type=int, default=1, help="the trainer's --seed (default 1)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse printed its usage line and the error
-        return EX_USAGE if exit_.code else 0
-    try:
+
+    def run(args: argparse.Namespace) -> None:
         if args.num_workers < -1 or args.host_cores < 1 or args.host_memory_gb < 0:
             raise TrainerError("--num_workers must be -1 or more, --host_cores positive and "
                                "--host_memory_gb 0 or more",
@@ -427,16 +423,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         if index is None:
             for line in memory_lines(shape, example_bytes):
                 print(line)
-            return 0
+            return
         if index.examples("train") < shape.batch:
             raise TrainerError("a global batch of {} is larger than the training set ({} "
                                "examples)".format(shape.batch, index.examples("train")),
                                "lower --batch_size, or plan fewer hosts", EX_USAGE)
         for line in plan_lines(make_plan(index, shape, args.seed)):
             print(line)
-    except TrainerError as error:
-        return report(error)
-    return 0
+
+    return run_tool(parser, argv, run)
 
 
 def memory_lines(shape: SliceShape, example_bytes: float) -> List[str]:

@@ -104,26 +104,21 @@ def reindex(data_dir: str, workers: int = -1) -> Optional[ShardIndex]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trainer.console import configure_logging, report
+    from trainer.console import run_tool
 
-    configure_logging()
     parser = argparse.ArgumentParser(prog="python -m trainer.data.reindex",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", required=True, help="the shard set, DIR or gs://...")
     parser.add_argument("--workers", type=int, default=-1,
                         help="reading shards: " + TOOL_WORKERS_HELP)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # argparse printed its usage line and the error
-        return EX_USAGE if exit_.code else 0
-    try:
+
+    def run(args: argparse.Namespace) -> None:
         if args.workers < -1:
             raise TrainerError("--workers={} is not a number of processes".format(args.workers),
                                TOOL_WORKERS_HELP, EX_USAGE)
         reindex(args.data_dir, args.workers)
-    except TrainerError as error:
-        return report(error)
-    return 0
+
+    return run_tool(parser, argv, run)
 
 
 if __name__ == "__main__":

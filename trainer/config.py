@@ -81,6 +81,7 @@ class TrainConfig:
     keep_best: str = ""
     sharding: str = "dp"
     mesh: str = ""
+    remat: str = "none"
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -158,6 +159,9 @@ class TrainConfig:
         from trainer.parallel.mesh import check_flags
 
         check_flags(self.sharding, self.mesh)
+        from trainer.parallel.remat import check_flag
+
+        check_flag(self.remat)
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
                 self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "
@@ -321,6 +325,9 @@ def define_common_flags(exclude: Tuple[str, ...] = (), flag_values: Any = FLAGS,
                     "where the replicated state would take over half a chip's memory)",
         "mesh": "with --sharding=fsdp: data:D,fsdp:F, the devices as D groups of F that each "
                 "split the model (default: fsdp over every device)",
+        "remat": "activation checkpointing: block (each block of the model, e.g. each "
+                 "transformer layer, computed again in the backward pass instead of keeping "
+                 "its activations: less memory, about a third more compute) or none",
     }
     for name, help_text in helps.items():
         if name in exclude:

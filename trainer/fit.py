@@ -39,6 +39,7 @@ from trainer.optim import build_optimizer
 from trainer.outputs import STOP, OutputPaths, RunOutputs
 from trainer.parallel.fsdp import ShardPlan
 from trainer.parallel.place import follow_parameters, place_model
+from trainer.parallel.remat import recompute_blocks
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
@@ -103,6 +104,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         model = tied_weights.to_device(spec.model, dev)  # tied parameters stay one
         # --sharding: the parameters split over the mesh before anything holds copies of them.
         sharding, shard_plan = place_model(config, model, topology, dev)
+        recompute_blocks(model, config.remat)  # --remat
         # A loss that is a Module may hold tensors (CrossEntropyLoss(weight=...)): with the model.
         loss_fn = spec.loss_fn.to(dev) if isinstance(spec.loss_fn, (torch.nn.Module,
                                                                     BatchLoss)) \
@@ -205,6 +207,7 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                        global_batch=spec.data.batch_size,
                        learning_rate=steps.learning_rate.peak, precision=config.precision,
                        sharding="fsdp" if shard_plan is not None else "dp",
+                       remat=config.remat,
                        model_state_bytes=_state_bytes(steps, shard_plan),
                        job=job.summary(outputs.stops))
         if tokens is not None:  # steady rates: the steps that compiled left out

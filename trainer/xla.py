@@ -260,6 +260,11 @@ def step_path(requested: str = AUTO) -> str:
     return LAZY
 
 
+def graph_text(tensors: Sequence[torch.Tensor]) -> str:
+    """The HLO text of the graph that would compute ``tensors`` (lazy, not yet run)."""
+    return torch_xla._XLAC._get_xla_tensors_hlo(list(tensors))
+
+
 def compile_traced(graph: torch.nn.Module, inputs: Sequence[torch.Tensor]
                    ) -> Callable[..., Sequence[torch.Tensor]]:
     """``graph`` (a ``make_fx`` trace over flat tensors: aten ops only, backward included)
@@ -272,7 +277,36 @@ def compile_traced(graph: torch.nn.Module, inputs: Sequence[torch.Tensor]
     return dynamo_bridge.extract_compiled_graph(graph, list(inputs))
 
 
+_BARRIER: List[Any] = []
+
+
+def recompute_barrier() -> Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]]:
+    """A function from tensors to copies of them behind an XLA optimization barrier (what
+    ``trainer.parallel.remat`` recomputes from, so that XLA cannot merge the recomputation
+    into the forward pass). A torch custom op, so that ``make_fx`` records it in the compiled
+    step's graph, where torch_xla runs it; None where torch has no custom ops (1.x)."""
+    if not _BARRIER:
+        library = getattr(torch, "library", None)
+        if not hasattr(library, "custom_op"):
+            return None
+
+        @library.custom_op("tpu_trainer::recompute_barrier", mutates_args=())
+        def barrier(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+            copies = [tensor.clone() for tensor in tensors]
+            if copies and copies[0].device.type == "xla":
+                torch_xla._XLAC._xla_optimization_barrier_(copies)
+            return copies
+
+        @barrier.register_fake
+        def _(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+            return [torch.empty_like(tensor) for tensor in tensors]
+
+        _BARRIER.append(barrier)
+    return _BARRIER[0]
+
+
 FP32, BF16 = "fp32", "bf16"  # --precision
+DEVICE_TYPE = "xla"  # torch's name of the device type, as autocast takes it
 
 
 def mixed_precision(precision: str) -> Callable[[], Any]:
@@ -290,7 +324,7 @@ def mixed_precision(precision: str) -> Callable[[], Any]:
         raise TrainerError("--precision=bf16 needs torch_xla 2.x (autocast on XLA devices); "
                            "this is torch_xla {}".format(torch_xla_version()),
                            "use --precision=fp32 on this image, or the pjrt image")
-    return lambda: torch.autocast("xla", dtype=torch.bfloat16)
+    return lambda: torch.autocast(DEVICE_TYPE, dtype=torch.bfloat16)
 
 
 def _has_xla_autocast() -> bool:

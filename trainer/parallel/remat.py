@@ -1,0 +1,220 @@
+"""Activation checkpointing (``--remat=block``): each block of the model keeps only its
+inputs from the forward pass, and the backward pass runs the block forward again to get the
+activations its gradients need. A step then holds one block's activations at a time instead
+of every block's, for about a third more compute (a second forward of the blocks).
+
+Which modules are blocks (``find_blocks``): the elements of the model's repeated stacks,
+those of a ``ModuleList`` or ``Sequential`` holding two or more modules of one class, at the
+shallowest depth where there are any: the decoder's ``blocks``, a Hugging Face model's
+``model.layers``, timm's ``blocks``, all four stages of a ResNet. A model without such a stack:
+its top-level children that hold parameters.
+
+How (``_Recomputed``): a block's call is one autograd function of the block's inputs and of
+its parameters and buffers, passed explicitly, so that both step paths see them as the
+tensors they trace (the compiled path traces with other tensors in the parameters' places)
+and the block gets its gradients even where its input needs none (the first block after a
+frozen embedding). The backward pass puts an optimization barrier (``xla.recompute_barrier``)
+on what it recomputes from: without it XLA would see the same computation twice in one
+graph and merge the second into the first, keeping every activation after all.
+
+Not recomputable: dropout (a second forward would draw other masks, and the gradients would
+not be those of the forward pass). A block holding a ``Dropout`` module with ``p > 0`` is
+refused; dropout called as a function inside a block cannot be seen: set its rate to 0 (the
+decoder here has none, as is usual for language models trained on TPUs).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import Counter
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+
+from trainer import xla
+from trainer.errors import TrainerError
+
+log = logging.getLogger("trainer")
+
+NONE, BLOCK = "none", "block"
+CHOICES = (NONE, BLOCK)
+
+_STACKS = (torch.nn.ModuleList, torch.nn.Sequential)
+
+
+def check_flag(remat: str) -> None:
+    """A usage error unless ``--remat`` is one of ``CHOICES``."""
+    if remat not in CHOICES:
+        raise TrainerError("--remat={!r} is not one of {}".format(remat, ", ".join(CHOICES)),
+                           "--remat=block recomputes each block's activations in the backward "
+                           "pass; none keeps them")
+
+
+def find_blocks(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
+    """(name, module) of ``model``'s blocks (the module docstring says which), in order."""
+    level = [("", model)]
+    while level:
+        found = []
+        for name, module in level:
+            if isinstance(module, _STACKS):
+                found.extend(_repeated(name, module))
+        if found:
+            return found
+        level = [(_join(name, child_name), child) for name, module in level
+                 for child_name, child in module.named_children()]
+    return [(name, child) for name, child in model.named_children()
+            if any(True for _ in child.parameters())]
+
+
+def _repeated(name: str, stack: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
+    """The children of ``stack`` of its most common class, when there are two or more."""
+    children = [(_join(name, child_name), child) for child_name, child in stack.named_children()
+                if any(True for _ in child.parameters())]
+    counts = Counter(type(child) for _, child in children)
+    if not counts:
+        return []
+    kind, count = counts.most_common(1)[0]
+    return [(child_name, child) for child_name, child in children
+            if type(child) is kind] if count >= 2 else []
+
+
+def _join(prefix: str, name: str) -> str:
+    return prefix + "." + name if prefix else name
+
+
+def recompute_blocks(model: torch.nn.Module, remat: str) -> None:
+    """With ``remat`` ``block``: each of ``model``'s blocks recomputed in the backward pass
+    (its class becomes a subclass that does so: names, parameters and state dict unchanged),
+    and the choice logged. A usage error on torch_xla 1.x, for a model without blocks and for
+    a block with dropout."""
+    if remat == NONE:
+        return
+    if xla.recompute_barrier() is None:
+        raise TrainerError("--remat=block needs torch_xla 2.x (this is torch_xla {})".format(
+            xla.torch_xla_version()), "use --remat=none on this image, or the pjrt image")
+    blocks = find_blocks(model)
+    if not blocks:
+        raise TrainerError("--remat=block found no blocks in {}: it has no child module "
+                           "with parameters".format(type(model).__name__),
+                           "use --remat=none")
+    for name, block in blocks:
+        for inner, module in block.named_modules():
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+                raise TrainerError(
+                    "--remat=block would recompute {} with dropout {} (p={:g}): the second "
+                    "forward pass would draw other masks".format(
+                        name, _join(name, inner), module.p),
+                    "set the model's dropout to 0, or use --remat=none")
+        block.__class__ = _recomputing_class(type(block))
+    kinds = sorted({type(block).__mro__[1].__name__ for _, block in blocks})
+    log.info("--remat=block: %d blocks (%s, %s ... %s) recompute their activations in the "
+             "backward pass", len(blocks), "/".join(kinds), blocks[0][0], blocks[-1][0])
+
+
+_CLASSES: Dict[type, type] = {}
+_CALLERS: "weakref.WeakKeyDictionary[torch.nn.Module, _OwnForward]" = weakref.WeakKeyDictionary()
+
+
+def _recomputing_class(kind: type) -> type:
+    """``kind`` with a forward that goes through ``_Recomputed`` when gradients are on (one
+    subclass per class, so that a model's blocks share it)."""
+    if kind not in _CLASSES:
+        _CLASSES[kind] = type(kind.__name__, (kind,), {
+            "forward": _forward, "_remat_forward": kind.forward,
+            "__module__": kind.__module__, "__qualname__": kind.__qualname__})
+    return _CLASSES[kind]
+
+
+def _forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    if not torch.is_grad_enabled():  # evaluation: nothing to keep or recompute
+        return self._remat_forward(*args, **kwargs)
+    named = list(self.named_parameters()) + list(self.named_buffers())
+    leaves, structure = torch.utils._pytree.tree_flatten((args, kwargs))
+    places = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    if self not in _CALLERS:
+        _CALLERS[self] = _OwnForward(self)
+    call = _BlockCall(_CALLERS[self], [name for name, _ in named], leaves, structure, places)
+    outputs = _Recomputed.apply(call, *[tensor for _, tensor in named],
+                                *[leaves[i] for i in places])
+    return call.rebuild(outputs)
+
+
+class _OwnForward(torch.nn.Module):
+    """Runs a block's own forward: not through the block's ``__call__``, so that its hooks
+    fire once, for the call that reached ``_forward``, and not again for its runs here."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.block._remat_forward(*args, **kwargs)
+
+
+class _BlockCall:
+    """One call of a block: ``run(tensors)`` calls its own forward with ``tensors`` (its
+    parameters and buffers, then the tensors among the call's arguments) in their places;
+    the arguments that are no tensors, and the output's structure, stay as they were."""
+
+    def __init__(self, caller: _OwnForward, names: Sequence[str], leaves: List[Any],
+                 structure: Any, places: Sequence[int]) -> None:
+        self.caller, self.names, self.leaves = caller, ["block." + name for name in names], \
+            leaves
+        # The forward's autocast (--precision=bf16), for the recomputation to run under the
+        # same: the backward pass runs outside it.
+        self.autocast = (torch.is_autocast_enabled(xla.DEVICE_TYPE),
+                         torch.get_autocast_dtype(xla.DEVICE_TYPE))
+        self.structure, self.places = structure, list(places)
+        self.output_leaves: List[Any] = []
+        self.output_places: List[int] = []
+        self.output_structure: Any = None
+
+    def run(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """The block's output tensors, in order (the rest remembered for ``rebuild``)."""
+        state = dict(zip(self.names, tensors[:len(self.names)]))
+        leaves = list(self.leaves)
+        for place, tensor in zip(self.places, tensors[len(self.names):]):
+            leaves[place] = tensor
+        args, kwargs = torch.utils._pytree.tree_unflatten(leaves, self.structure)
+        enabled, dtype = self.autocast
+        with torch.autocast(xla.DEVICE_TYPE, dtype=dtype, enabled=enabled):
+            output = torch.func.functional_call(self.caller, state, tuple(args), kwargs)
+        self.output_leaves, self.output_structure = torch.utils._pytree.tree_flatten(output)
+        self.output_places = [i for i, leaf in enumerate(self.output_leaves)
+                              if isinstance(leaf, torch.Tensor)]
+        return [self.output_leaves[i] for i in self.output_places]
+
+    def rebuild(self, tensors: Sequence[torch.Tensor]) -> Any:
+        leaves = list(self.output_leaves)
+        for place, tensor in zip(self.output_places, tensors):
+            leaves[place] = tensor
+        return torch.utils._pytree.tree_unflatten(leaves, self.output_structure)
+
+
+class _Recomputed(torch.autograd.Function):
+    """Forward: the block without keeping its activations. Backward: the block again from
+    its saved inputs (behind the optimization barrier), differentiated there."""
+
+    @staticmethod
+    def forward(ctx: Any, call: _BlockCall, *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        ctx.call = call
+        ctx.save_for_backward(*tensors)
+        return tuple(call.run(tensors))
+
+    @staticmethod
+    def backward(ctx: Any, *output_gradients: torch.Tensor) -> Tuple[Any, ...]:
+        wanted = ctx.needs_input_grad[1:]
+        saved = xla.recompute_barrier()(list(ctx.saved_tensors))
+        inputs = [tensor.detach().requires_grad_(need) for tensor, need in zip(saved, wanted)]
+        with torch.enable_grad():
+            outputs = ctx.call.run(inputs)
+        pairs = [(output, gradient) for output, gradient in zip(outputs, output_gradients)
+                 if output.requires_grad and gradient is not None]
+        needing = [tensor for tensor in inputs if tensor.requires_grad]
+        found = iter(torch.autograd.grad([output for output, _ in pairs], needing,
+                                         [gradient for _, gradient in pairs],
+                                         allow_unused=True) if pairs and needing
+                     else [None] * len(needing))
+        return (None,) + tuple(next(found) if tensor.requires_grad else None
+                               for tensor in inputs)

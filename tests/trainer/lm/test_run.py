@@ -2,10 +2,11 @@
 text made into byte-token shards (its evaluation loss well under the uniform guess's, the
 perplexity its exponential, the token accuracy the headline), tokens/s per device in the
 summary and no MFU on a device whose peak is unknown; it learns a real text (Genesis, shipped in
-data/texts) below the perplexity of a bigram model; windows hold every token once; a model of
-the user's by --model; SIGTERM then a rerun ends on the uninterrupted weights, under dp and
-under fsdp on 4 devices; a checkpoint written under fsdp on 4 devices continues on 2 devices
-and as dp; under FSDP the tied embedding stays one tensor."""
+data/texts) below the perplexity of a bigram model; windows hold every token once, and a
+tokenizer's uint32 shards give windows of its ids; a model of the user's by --model; SIGTERM
+then a rerun ends on the uninterrupted weights, under dp and under fsdp on 4 devices; a
+checkpoint written under fsdp on 4 devices continues on 2 devices and as dp; under FSDP the
+tied embedding stays one tensor."""
 
 import functools
 import json
@@ -24,12 +25,13 @@ from conftest import REPO, clean_environ
 from trainer import storage
 from trainer.config import TrainConfig
 from trainer.data.make_token_shards import main as make_token_shards
+from trainer.data.make_token_shards import to_val
 from trainer.data.tokens.shards import read_index, read_split
 from trainer.data.tokens.windows import TokenWindows
 from trainer.errors import TrainerError
 from trainer.lm.decoder import Decoder, flops_per_token, preset
 from trainer.lm.flags import LmOptions
-from trainer.lm.run import run
+from trainer.lm.run import run, token_data
 from trainer.outputs import OutputPaths
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
@@ -120,6 +122,28 @@ def test_windows_hold_every_token_once():
     inputs = torch.cat([windows[i][0] for i in range(len(windows))])
     labels = torch.cat([windows[i][1] for i in range(len(windows))])
     assert inputs.tolist() == list(range(100)) and labels.tolist() == list(range(1, 101))
+
+
+def test_shards_of_a_tokenizer_above_65536_give_windows_of_its_ids(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocabulary = {"w{}".format(number): number for number in range(70000)}
+    vocabulary["<|endoftext|>"] = 70000
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<|endoftext|>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    ids = numpy.random.default_rng(0).integers(0, 70000, (40, 7))
+    (tmp_path / "text.jsonl").write_text("".join(json.dumps({"text": " ".join(
+        "w{}".format(number) for number in row)}) + "\n" for row in ids))
+    assert make_token_shards(["--source", str(tmp_path / "text.jsonl"), "--dest",
+                              str(tmp_path / "shards"), "--val_every", "4", "--tokenizer",
+                              str(tmp_path / "tokenizer.json")]) == 0
+    windows, vocab_size, eos = token_data(TrainConfig(data_dir=str(tmp_path / "shards")), 8)
+    assert (vocab_size, eos, sorted(windows)) == (70001, 70000, ["train", "val"])
+    inputs, labels = windows["train"][0]
+    train_rows = [row for number, row in enumerate(ids, 1) if not to_val("text.jsonl", number, 4)]
+    assert inputs.dtype == torch.int64 and inputs.tolist() == train_rows[0].tolist() + [70000]
+    assert labels.tolist() == train_rows[0].tolist()[1:] + [70000, train_rows[1][0]]
 
 
 USER_MODEL = '''

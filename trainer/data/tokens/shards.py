@@ -13,8 +13,13 @@ from trainer.errors import DataError
 
 INDEX_NAME = "index.json"
 SPLITS = ("train", "val")
-FORMAT = 1
-TOKEN_DTYPE = numpy.dtype("<u2")  # little-endian uint16: vocabularies up to 65,536
+# Format 1: uint16 tokens (an index without "dtype"); 2: the index names its "dtype". An index
+# of uint16 tokens is written as format 1, which readers from before uint32 read too; one of
+# uint32 tokens as 2, which they refuse instead of misreading.
+FORMATS = (1, 2)
+# Tokens are little-endian unsigned integers, the narrowest that holds the vocabulary.
+DTYPES = {"uint16": numpy.dtype("<u2"), "uint32": numpy.dtype("<u4")}
+DEFAULT_DTYPE = "uint16"
 # The raw-bytes tokenizer: each byte its own token, and one more for the end of a document.
 BYTES_VOCABULARY = 257
 BYTES_EOS = 256
@@ -24,12 +29,17 @@ def shard_name(split: str, number: int) -> str:
     return "{}-{:06d}.bin".format(split, number)
 
 
+def dtype_for(vocab_size: int) -> str:
+    """The name of the narrowest token type that holds ids ``0 .. vocab_size - 1``."""
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
+
+
 def write_shard(directory: Any, name: str, tokens: numpy.ndarray, source: str,
-                made_with: Any = None) -> Dict[str, Any]:
-    """``tokens`` as shard ``name`` in ``directory`` (atomically), then its record
-    ``NAME.json`` (what marks it done; ``made_with``: the options that decide its tokens);
-    returns the record."""
-    data = tokens.astype(TOKEN_DTYPE).tobytes()
+                made_with: Any = None, dtype: str = DEFAULT_DTYPE) -> Dict[str, Any]:
+    """``tokens`` as shard ``name`` in ``directory`` (atomically), as ``dtype``, then its
+    record ``NAME.json`` (what marks it done; ``made_with``: the options that decide its
+    tokens); returns the record."""
+    data = tokens.astype(DTYPES[dtype]).tobytes()
     directory.write_bytes(name, data)
     record = {"name": name, "tokens": int(len(tokens)), "sha256": hashlib.sha256(data)
               .hexdigest(), "source": source, "made_with": made_with}
@@ -51,9 +61,12 @@ def read_record(directory: Any, name: str) -> Any:
 
 
 def write_index(directory: Any, records: Dict[str, List[Dict[str, Any]]], vocab_size: int,
-                eos: int, tokenizer: str) -> None:
-    index = {"format": FORMAT, "vocab_size": vocab_size, "eos": eos, "tokenizer": tokenizer,
-             "splits": records}
+                eos: int, tokenizer: Any, dtype: str = DEFAULT_DTYPE) -> None:
+    """``index.json``: the shards' ``records`` of each split, the vocabulary's size, its end
+    token, the ``tokenizer`` that made them (``"bytes"`` or what identifies a tokenizer file)
+    and the tokens' ``dtype``."""
+    index = {"format": 1 if dtype == DEFAULT_DTYPE else 2, "vocab_size": vocab_size, "eos": eos,
+             "tokenizer": tokenizer, "dtype": dtype, "splits": records}
     directory.write_bytes(INDEX_NAME, (json.dumps(index, indent=1, sort_keys=True) + "\n")
                           .encode())
 
@@ -71,21 +84,26 @@ def read_index(directory: Any) -> Dict[str, Any]:
         raise DataError("{} is not JSON: {}".format(directory.join(INDEX_NAME), error),
                         "make the shards again (the same command resumes)")
     splits = index.get("splits") if isinstance(index, dict) else None
-    if (not isinstance(index, dict) or index.get("format") != FORMAT
+    dtype = index.get("dtype", DEFAULT_DTYPE) if isinstance(index, dict) else None
+    if (not isinstance(index, dict) or index.get("format") not in FORMATS
             or not isinstance(index.get("vocab_size"), int) or not isinstance(index.get("eos"), int)
+            or dtype not in DTYPES or index["vocab_size"] > 1 << 8 * DTYPES[dtype].itemsize
             or not isinstance(splits, dict) or not all(
                 isinstance(records, list) and all(isinstance(record, dict) and "name" in record
                                                   and "sha256" in record for record in records)
                 for records in splits.values())):
-        raise DataError("{} is no token index of format {} (its vocabulary, end token and "
-                        "shards)".format(directory.join(INDEX_NAME), FORMAT),
+        raise DataError("{} is no token index of format {} (its vocabulary, end token, token "
+                        "type and shards)".format(directory.join(INDEX_NAME),
+                                                  " or ".join(map(str, FORMATS))),
                         "make the shards with this version's make_token_shards")
     return index
 
 
 def read_split(directory: Any, index: Dict[str, Any], split: str) -> numpy.ndarray:
     """Every token of ``split``, its shards in the index's order, each checked against its
-    record (a shard whose bytes differ is a data error naming it)."""
+    record (a shard whose bytes differ is a data error naming it), as the index's ``dtype``
+    (uint16 where it names none)."""
+    dtype = DTYPES[index.get("dtype", DEFAULT_DTYPE)]
     parts = []
     for record in index["splits"].get(split, []):
         data = directory.read_bytes(record["name"])
@@ -93,5 +111,5 @@ def read_split(directory: Any, index: Dict[str, Any], split: str) -> numpy.ndarr
             raise DataError("token shard {} does not match its digest in {}".format(
                 directory.join(record["name"]), INDEX_NAME),
                 "it was changed or cut short: make the shards again into a new folder")
-        parts.append(numpy.frombuffer(data, dtype=TOKEN_DTYPE))
-    return numpy.concatenate(parts) if parts else numpy.zeros(0, TOKEN_DTYPE)
+        parts.append(numpy.frombuffer(data, dtype=dtype))
+    return numpy.concatenate(parts) if parts else numpy.zeros(0, dtype)

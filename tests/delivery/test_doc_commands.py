@@ -348,10 +348,17 @@ exec {python} "$@"
 """
 
 
-def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_path):
-    """docs/gke.md's xpk block, with an xpk that runs --command the way xpk's pods do, on a
-    GKE pod of host 1 of 4: the launcher starts (it says which host), and execs the ImageNet
-    trainer with the arguments after its own options."""
+@pytest.mark.parametrize("workload, trainer_args", [
+    ("imagenet-xpk-1", "-m trainer.imagenet --data_dir=gs://my-bucket/imagenet-shards "
+                       "--job-dir=gs://my-bucket/jobs/xpk-1"),
+    ("lm-xpk-1", "-m trainer.lm --data_dir=gs://my-bucket/tokens --job-dir=gs://my-bucket/jobs/"
+                 "lm-xpk-1 --preset=1b --seq_len=2048 --sharding=fsdp --remat=block"),
+], ids=["imagenet", "language-model"])
+def test_the_xpk_commands_run_the_launcher_in_front_of_the_trainer(tmp_path, workload,
+                                                                   trainer_args):
+    """docs/gke.md's xpk blocks (ImageNet, a language model), with an xpk that runs --command
+    the way xpk's pods do, on a GKE pod of host 1 of 4: the launcher starts (it says which
+    host), and execs the trainer with the arguments after its own options."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     scripts = {"xpk": XPK.format(python=sys.executable, tests=str(REPO / "tests")),
@@ -361,7 +368,7 @@ def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    block = block_containing("xpk workload create", page="docs/gke.md")
+    block = block_containing("--workload " + workload, page="docs/gke.md")
     env = clean_environ(PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], PYTHONPATH=str(REPO),
                         TPU_WORKER_ID="1", TPU_WORKER_HOSTNAMES="h0,h1,h2,h3")
     result = subprocess.run(["bash", "-c", checked(block.text)], cwd=str(tmp_path), env=env,
@@ -369,9 +376,7 @@ def test_the_xpk_command_runs_the_launcher_in_front_of_the_imagenet_trainer(tmp_
     assert result.returncode == 0, result.stderr
     assert "launcher: slice: host 2 of 4" in result.stderr
     trainer = [line for line in result.stdout.splitlines() if line.startswith("# trainer:")]
-    assert len(trainer) == 1 and trainer[0].endswith(
-        "-m trainer.imagenet --data_dir=gs://my-bucket/imagenet-shards "
-        "--job-dir=gs://my-bucket/jobs/xpk-1"), result.stdout
+    assert len(trainer) == 1 and trainer[0].endswith(trainer_args), result.stdout
     assert "\nEXIT_CODE=0\n" in result.stdout  # xpk's script ran it and passed its code on
     # $PID, the process xpk's trap sends SIGTERM to, is the launcher (tests/delivery/test_xpk.py)
     assert "exec python -m launcher" in block.text

@@ -487,27 +487,34 @@ def test_the_rules_and_the_cloudbuild_checks_do_not_import_each_other(module, ne
     assert never not in loaded
 
 
-def documented_vertex_lm_args():
-    """docs/submitting.md's language-model submit: its JOB_ARGS, as the container gets them."""
+def documented_vertex_lm_args(config):
+    """docs/submitting.md's language-model submit on ``config``: its JOB_ARGS, as the
+    container gets them."""
     import re
     import shlex
 
     page = (REPO / "docs" / "submitting.md").read_text()
-    block = page[page.index("A language model ([trainer.lm]"):]
+    block = page[page.index("VERTEX_CONFIG=config/" + config):]
     return shlex.split(re.search(r'JOB_ARGS="([^"]*)"', block).group(1))
 
 
-@pytest.mark.parametrize("mesh, problem", [
-    (None, None),
-    ("--mesh=data:2,fsdp:2", None),
-    ("--mesh=fsdp:8", "--mesh=fsdp:8 is 8 devices; the job has 4 (the slice's chips)"),
+@pytest.mark.parametrize("config, mesh, problem", [
+    ("vertex-tpu-v6e.yaml", None, None),
+    ("vertex-tpu-v6e.yaml", "--mesh=data:2,fsdp:2", None),
+    ("vertex-tpu-v6e.yaml", "--mesh=fsdp:8",
+     "--mesh=fsdp:8 is 8 devices; the job has 4 (the slice's chips)"),
+    ("vertex-tpu-v6e-16.yaml", None, None),
+    ("vertex-tpu-v6e-16.yaml", "--mesh=data:4,fsdp:4", None),
+    ("vertex-tpu-v6e-16.yaml", "--mesh=data:2,fsdp:4",
+     "--mesh=data:2,fsdp:4 is 8 devices; the job has 16 (the slice's chips)"),
 ])
-def test_the_documented_language_model_job_passes_and_a_mesh_of_other_chips_does_not(mesh,
-                                                                                   problem):
-    job = yaml.safe_load((REPO / "config" / "vertex-tpu-v6e.yaml").read_text())
+def test_the_documented_language_model_jobs_pass_and_a_mesh_of_other_chips_does_not(
+        config, mesh, problem):
+    """One v6e host, and a slice of 4 (tpuTopology 4x4: 16 chips)."""
+    job = yaml.safe_load((REPO / "config" / config).read_text())
     set_image(job, "gcr.io/my-project/trainer:v1")
     set_base_output_dir(job, "gs://my-bucket/jobs/lm-1")
-    args = documented_vertex_lm_args() + ([mesh] if mesh else [])
+    args = documented_vertex_lm_args(config) + ([mesh] if mesh else [])
     assert args[0] == "--trainer=python -m trainer.lm" and "--sharding=fsdp" in args
     job["workerPoolSpecs"][0]["containerSpec"]["args"] = args
     errors = [finding for finding in check_job(job) if finding.level == "error"]

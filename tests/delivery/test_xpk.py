@@ -113,10 +113,10 @@ if sys.argv[1:3] == ["workload", "create"]:
 """
 
 
-@pytest.fixture(scope="module")
-def xpk_jobset(tmp_path_factory):
-    """The JobSet xpk renders from docs/gke.md's ``xpk workload create``, as the page's block
-    calls it."""
+@pytest.fixture(scope="module", params=["imagenet-xpk-1", "lm-xpk-1"])
+def xpk_jobset(tmp_path_factory, request):
+    """The JobSet xpk renders from each of docs/gke.md's ``xpk workload create`` blocks (the
+    ImageNet trainer, a language model), as the page's block calls it."""
     root = tmp_path_factory.mktemp("xpk")
     bin_dir, argv = root / "bin", root / "argv.json"
     bin_dir.mkdir()
@@ -125,7 +125,7 @@ def xpk_jobset(tmp_path_factory):
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    block = block_containing("xpk workload create", page="docs/gke.md")
+    block = block_containing("--workload " + request.param, page="docs/gke.md")
     result = subprocess.run(["bash", "-c", checked(block.text)], cwd=str(root),
                             env=clean_environ(PATH=str(bin_dir) + os.pathsep +
                                               os.environ["PATH"]),

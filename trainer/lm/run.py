@@ -12,9 +12,9 @@ import numpy
 import torch
 import torch.nn.functional as F
 
-from trainer import devices, models, storage
+from trainer import devices, models, scratch, storage
 from trainer.config import TrainConfig, parse_model_kwargs
-from trainer.data.tokens.shards import BYTES_EOS, BYTES_VOCABULARY, read_index, read_split
+from trainer.data.tokens.shards import BYTES_EOS, BYTES_VOCABULARY, SPLITS, map_split, read_index
 from trainer.data.tokens.windows import TokenWindows
 from trainer.data.workers import resolve_workers
 from trainer.dataset_source import DatasetSource
@@ -36,10 +36,11 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
 
-def token_data(config: TrainConfig, seq_len: int
+def token_data(config: TrainConfig, seq_len: int, cache_dir: str = ""
                ) -> Tuple[Dict[str, TokenWindows], int, int]:
     """({split: its windows}, the vocabulary size, the end-of-document token) from
-    ``--data_dir``'s shards or ``--fake_data``."""
+    ``--data_dir``'s shards (mapped from local files; ``gs://`` ones downloaded into
+    ``cache_dir`` first) or ``--fake_data``."""
     if config.fake_data:
         generator = numpy.random.default_rng(config.seed)
         return {split: TokenWindows(generator.integers(
@@ -47,13 +48,14 @@ def token_data(config: TrainConfig, seq_len: int
             split) for split, windows in FAKE_WINDOWS.items()}, BYTES_VOCABULARY, BYTES_EOS
     folder = storage.open_dir(config.data_dir)
     index = read_index(folder)
-    found = {split: read_split(folder, index, split) for split in ("train", "val")}
+    found = {split: map_split(folder, index, split, cache_dir) for split in SPLITS}
     windows = {"train": TokenWindows(found["train"], seq_len, folder.join("train-*.bin"))}
-    if len(found["val"]) > seq_len:
+    held_out = sum(len(part) for part in found["val"])
+    if held_out > seq_len:
         windows["val"] = TokenWindows(found["val"], seq_len, folder.join("val-*.bin"))
     else:
         log.warning("%s: its val split holds %d tokens, under one window: no evaluation",
-                    folder.join(""), len(found["val"]))
+                    folder.join(""), held_out)
     return windows, int(index["vocab_size"]), int(index["eos"])
 
 
@@ -108,9 +110,21 @@ def build_model(config: TrainConfig, options: LmOptions, vocab_size: int,
 def run(config: TrainConfig, options: LmOptions, *, paths: Optional[OutputPaths] = None
         ) -> Dict[str, Any]:
     """Train and evaluate; returns the summary (``trainer.fit``'s, with tokens/s and MFU)."""
+    # A gs:// split's shards are downloaded to a local folder of the run's, mapped from there.
+    cache = scratch.folder("tokens") if config.data_dir.startswith("gs://") and \
+        not config.fake_data else ""
+    try:
+        return _train(config, options, paths, cache)
+    finally:
+        if cache:
+            scratch.release(cache)
+
+
+def _train(config: TrainConfig, options: LmOptions, paths: Optional[OutputPaths],
+           cache: str) -> Dict[str, Any]:
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    windows, vocab_size, eos = token_data(config, options.seq_len)
+    windows, vocab_size, eos = token_data(config, options.seq_len, cache)
     model = build_model(config, options, vocab_size, eos)
     batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
                                                    config.eval_batch_size or config.batch_size,

@@ -1,12 +1,12 @@
 """python -m trainer.lm's run, in this process on the XLA CPU device: the tiny decoder learns
 text made into byte-token shards (its evaluation loss well under the uniform guess's, the
 perplexity its exponential, the token accuracy the headline), tokens/s per device in the
-summary and no MFU on a device whose peak is unknown; it learns a real text (Genesis, shipped in
-data/texts) below the perplexity of a bigram model; windows hold every token once, and a
-tokenizer's uint32 shards give windows of its ids; a model of the user's by --model; SIGTERM
-then a rerun ends on the uninterrupted weights, under dp and under fsdp on 4 devices; a
-checkpoint written under fsdp on 4 devices continues on 2 devices and as dp; under FSDP the
-tied embedding stays one tensor."""
+summary and no MFU on a device whose peak is unknown; it learns a real text (Genesis, shipped
+in data/texts) below the perplexity of a bigram model; a tokenizer's uint32 shards give
+windows of its ids; a model of the user's by --model; SIGTERM then a rerun ends on the
+uninterrupted weights, under dp and under fsdp on 4 devices; a checkpoint written under fsdp
+on 4 devices continues on 2 devices and as dp; under FSDP the tied embedding stays one
+tensor."""
 
 import functools
 import json
@@ -27,7 +27,6 @@ from trainer.config import TrainConfig
 from trainer.data.make_token_shards import main as make_token_shards
 from trainer.data.make_token_shards import to_val
 from trainer.data.tokens.shards import read_index, read_split
-from trainer.data.tokens.windows import TokenWindows
 from trainer.errors import TrainerError
 from trainer.lm.decoder import Decoder, flops_per_token, preset
 from trainer.lm.flags import LmOptions
@@ -113,15 +112,6 @@ def test_the_tiny_decoder_learns_genesis_below_a_bigram_models_perplexity(tmp_pa
                     batch_size=16, lr=0.003)
     perplexity = math.exp(summary["final_eval_loss"])
     assert perplexity < bound, (perplexity, bound)
-
-
-def test_windows_hold_every_token_once():
-    tokens = numpy.arange(103, dtype=numpy.uint16)
-    windows = TokenWindows(tokens, 10, "train")
-    assert len(windows) == 10  # (103 - 1) // 10: the last 2 tokens too few for a window
-    inputs = torch.cat([windows[i][0] for i in range(len(windows))])
-    labels = torch.cat([windows[i][1] for i in range(len(windows))])
-    assert inputs.tolist() == list(range(100)) and labels.tolist() == list(range(1, 101))
 
 
 def test_shards_of_a_tokenizer_above_65536_give_windows_of_its_ids(tmp_path):

@@ -1,10 +1,12 @@
 """The token shard format (``trainer.data.tokens``): writing a shard with its record, the
-index, and reading a split back, digest-checked."""
+index, and reading a split back, digest-checked: whole into memory (``read_split``) or mapped
+from local files (``map_split``), which is how ``trainer.lm`` reads it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any, Dict, List
 
 import numpy
@@ -113,3 +115,35 @@ def read_split(directory: Any, index: Dict[str, Any], split: str) -> numpy.ndarr
                 "it was changed or cut short: make the shards again into a new folder")
         parts.append(numpy.frombuffer(data, dtype=dtype))
     return numpy.concatenate(parts) if parts else numpy.zeros(0, dtype)
+
+
+DIGEST_CHUNK = 8 << 20  # bytes hashed at a time: a shard is checked without holding it
+
+
+def map_split(directory: Any, index: Dict[str, Any], split: str, cache_dir: str
+              ) -> List[numpy.ndarray]:
+    """The shards of ``split`` in the index's order, each a read-only memory map of a local
+    file (a ``gs://`` shard downloaded into ``cache_dir`` first, again only when its size
+    changed), checked against its record as ``read_split`` checks it, without holding it: the
+    tokens stay in the page cache, not in the process, so a split larger than the host's
+    memory trains, and forked data workers share the same pages."""
+    dtype = DTYPES[index.get("dtype", DEFAULT_DTYPE)]
+    parts = []
+    for record in index["splits"].get(split, []):
+        path = directory.fetch(record["name"], cache_dir)
+        if path is None or _file_digest(path) != record["sha256"]:
+            raise DataError("token shard {} {}".format(
+                directory.join(record["name"]), "is missing" if path is None else
+                "does not match its digest in " + INDEX_NAME),
+                "it was changed, cut short or deleted: make the shards again into a new folder")
+        if os.path.getsize(path):
+            parts.append(numpy.memmap(path, dtype=dtype, mode="r"))
+    return parts
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(DIGEST_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,59 @@
+"""trainer.data.tokens.shards' mapped reader: a split's shards as memory maps of local files
+(a gs:// shard downloaded first), the same tokens read_split reads whole; a changed or
+missing shard is one line naming it."""
+
+import numpy
+import pytest
+
+from conftest import upload_folder
+from trainer import storage
+from trainer.data.make_token_shards import main as make_token_shards
+from trainer.data.tokens.shards import map_split, read_index, read_split
+from trainer.errors import DataError
+
+
+@pytest.fixture
+def shards(tmp_path):
+    for number in range(3):
+        (tmp_path / "text" / "{}.txt".format(number)).parent.mkdir(exist_ok=True)
+        (tmp_path / "text" / "{}.txt".format(number)).write_text("document {} ".format(
+            number) * 50)
+    assert make_token_shards(["--source", str(tmp_path / "text"),
+                              "--dest", str(tmp_path / "shards")]) == 0
+    return tmp_path / "shards"
+
+
+def test_a_split_is_mapped_not_read_and_holds_what_read_split_reads(shards, tmp_path):
+    folder = storage.open_dir(str(shards))
+    index = read_index(folder)
+    mapped = map_split(folder, index, "train", str(tmp_path / "cache"))
+    assert len(mapped) == 3 and all(isinstance(part, numpy.memmap) for part in mapped)
+    assert numpy.concatenate(mapped).tolist() == read_split(folder, index, "train").tolist()
+    assert not (tmp_path / "cache").exists()  # local shards are mapped where they are
+
+
+def test_a_gcs_split_is_downloaded_then_mapped(shards, tmp_path, gcs):
+    uri = upload_folder(shards, gcs, "tokens")
+    folder = storage.open_dir(uri)
+    mapped = map_split(folder, read_index(folder), "train", str(tmp_path / "cache"))
+    local = storage.open_dir(str(shards))
+    assert numpy.concatenate(mapped).tolist() == read_split(local, read_index(local),
+                                                            "train").tolist()
+    assert len(list((tmp_path / "cache").rglob("*.bin"))) == 3
+
+
+@pytest.mark.parametrize("damage", ["changed", "missing"])
+def test_a_changed_or_missing_shard_is_one_line_naming_it(shards, tmp_path, damage):
+    shard = shards / "train-000001.bin"
+    if damage == "changed":
+        data = bytearray(shard.read_bytes())
+        data[3] ^= 1
+        shard.write_bytes(bytes(data))
+    else:
+        shard.unlink()
+    folder = storage.open_dir(str(shards))
+    with pytest.raises(DataError) as raised:
+        map_split(folder, read_index(folder), "train", str(tmp_path / "cache"))
+    assert raised.value.message == "token shard {} {}".format(shard, {
+        "changed": "does not match its digest in index.json", "missing": "is missing"}[damage])
+    assert raised.value.exit_code == 65

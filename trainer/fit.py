@@ -43,7 +43,15 @@ from trainer.parallel.remat import recompute_blocks
 from trainer.profiling import ProfileWindow
 from trainer.progress import InputSetup, ProgressLog
 from trainer.resume import RunCheckpoints
-from trainer.steps import BINARY_ACCURACY, PERPLEXITY, TOKEN_ACCURACY, Steps, headline_accuracy
+from trainer.steps import (
+    BINARY_ACCURACY,
+    PERPLEXITY,
+    TOKEN_ACCURACY,
+    Scoring,
+    StepOptions,
+    Steps,
+    headline_accuracy,
+)
 from trainer.summary import GraphCounts, PhaseTimes, summarize
 from trainer.throughput import TokenRates
 from trainer.weight_average import AVERAGED_MODEL
@@ -115,10 +123,12 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         optimizer, learning_rate = build_optimizer(config, model, steps_per_epoch,
                                                    spec.data.batch_size, spec.param_groups)
         steps = Steps(model, optimizer, learning_rate, loss_fn, spec.topk, path,
-                      config.precision, spec.eval_rows, config.seed, spec.binary,
-                      config.clip_grad_norm, spec.metrics, config.grad_accum_steps,
-                      topology.devices, spec.token_scores, spec.perplexity,
-                      config.ema_decay)
+                      config.precision,
+                      scoring=Scoring(spec.eval_rows, spec.binary, spec.metrics,
+                                      spec.token_scores, spec.perplexity),
+                      options=StepOptions(config.seed, config.clip_grad_norm,
+                                          config.grad_accum_steps, topology.devices,
+                                          config.ema_decay))
         checkpoints = RunCheckpoints.for_paths(paths, config.keep_checkpoints, steps, topology,
                                                config.step_batch_size, spec.data.layout,
                                                spec.data.identity(), given_non_finite)

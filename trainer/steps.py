@@ -11,6 +11,7 @@ tensors passed in and returned, so no step reads a value back to the host.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -48,9 +49,35 @@ def headline_accuracy(results: Dict[str, float]) -> Optional[float]:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Scoring:
+    """What evaluation counts and reports beyond top-k (``Steps`` says what each means)."""
+
+    eval_rows: Optional[Callable[[int], int]] = None
+    binary: bool = False
+    metrics: Optional[Dict[str, Callable]] = None
+    token_scores: Optional[int] = None
+    perplexity: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """How training steps run beyond the optimizer and the path: ``seed`` (the steps' device
+    draws), ``clip_norm`` (``--clip_grad_norm``, 0: none), ``accumulate``
+    (``--grad_accum_steps``), ``groups`` (the devices, each with its own rows of a batch),
+    ``ema_decay`` (``--ema_decay``, 0: no averages)."""
+
+    seed: int = 0
+    clip_norm: float = 0.0
+    accumulate: int = 1
+    groups: int = 1
+    ema_decay: float = 0.0
+
+
 class Steps:
     """``train(x, y, loss_total)`` and ``evaluate(x, y, counts)`` for one model; ``path``
-    says which way they run (``xla.LAZY`` or ``xla.COMPILED``).
+    says which way they run (``xla.LAZY`` or ``xla.COMPILED``); ``scoring`` (``Scoring``) and
+    ``options`` (``StepOptions``) the rest.
 
     ``eval_rows``: None, and evaluation counts top-k hits over the rows whose label is not
     negative (padding is labelled ``batches.IGNORE_LABEL``); or ``eval_rows(i)``, how many
@@ -84,12 +111,12 @@ class Steps:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  learning_rate: LearningRate, loss_fn: Callable, topk: Sequence[int],
-                 path: str, precision: str = xla.FP32,
-                 eval_rows: Optional[Callable[[int], int]] = None, seed: int = 0,
-                 binary: bool = False, clip_norm: float = 0.0,
-                 metrics: Optional[Dict[str, Callable]] = None, accumulate: int = 1,
-                 groups: int = 1, token_scores: Optional[int] = None,
-                 perplexity: bool = False, ema_decay: float = 0.0) -> None:
+                 path: str, precision: str = xla.FP32, *, scoring: Scoring = Scoring(),
+                 options: StepOptions = StepOptions()) -> None:
+        eval_rows, binary, metrics = scoring.eval_rows, scoring.binary, scoring.metrics
+        token_scores, perplexity = scoring.token_scores, scoring.perplexity
+        seed, clip_norm, ema_decay = options.seed, options.clip_norm, options.ema_decay
+        accumulate, groups = options.accumulate, options.groups
         self.model, self.optimizer, self.learning_rate = model, optimizer, learning_rate
         self.loss_fn, self.topk, self.path = loss_fn, tuple(topk), path
         self.binary = binary

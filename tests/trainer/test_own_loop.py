@@ -396,10 +396,11 @@ def two_heads_loss(outputs, y):
 
 def test_a_padded_batch_is_cut_in_every_output_a_model_returns():
     from trainer import xla
-    from trainer.steps import Steps
+    from trainer.steps import Scoring, Steps
 
     model = TwoHeads()
-    steps = Steps(model, None, None, two_heads_loss, [], xla.LAZY, eval_rows=lambda i: 3)
+    steps = Steps(model, None, None, two_heads_loss, [], xla.LAZY,
+                  scoring=Scoring(eval_rows=lambda i: 3))
     x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 0])
     counts = steps.evaluate(x, y, steps.zero_counts())
     with torch.no_grad():
@@ -474,10 +475,10 @@ def test_an_evaluation_that_counted_no_example_reports_nothing():
     """An eval_set smaller than one global batch on several hosts counts no row: no top-1 of
     0 (a model that learnt nothing), no loss, and a warning."""
     from trainer import xla
-    from trainer.steps import Steps
+    from trainer.steps import Scoring, Steps
 
     steps = Steps(torch.nn.Linear(6, 3), None, None, torch.nn.CrossEntropyLoss(), [1],
-                  xla.LAZY, eval_rows=lambda i: 0)
+                  xla.LAZY, scoring=Scoring(eval_rows=lambda i: 0))
     counts = steps.evaluate(torch.randn(4, 6), torch.tensor([0, 1, 2, 0]), steps.zero_counts())
     with Kept() as kept:
         assert steps.results(counts) == {}

@@ -23,6 +23,8 @@ PRECISIONS = ("fp32", "bf16")
 # (Touvron et al. 2021): 5e-4 per 512 examples of global batch, weight decay 0.05.
 OPTIMIZERS = ("sgd", "adamw")
 ADAMW_DEFAULTS = {"lr": 5e-4, "lr_batch": 512, "weight_decay": 0.05}
+# --remat: none, or block (``trainer.parallel.remat``; checked here, before torch loads).
+REMAT_CHOICES = ("none", "block")
 # --devices: every device the runtime sees, or a count (``trainer.devices`` decides).
 AUTO_DEVICES = "auto"
 # Seeds feed torch generators as ``seed * 1_000_003 + epoch``, which must stay within 64 bits.
@@ -159,9 +161,10 @@ class TrainConfig:
         from trainer.parallel.mesh import check_flags
 
         check_flags(self.sharding, self.mesh)
-        from trainer.parallel.remat import check_flag
-
-        check_flag(self.remat)
+        if self.remat not in REMAT_CHOICES:
+            raise TrainerError("--remat={!r} is not one of {}".format(
+                self.remat, ", ".join(REMAT_CHOICES)), "--remat=block recomputes each block's "
+                "activations in the backward pass; none keeps them")
         if self.eval_every_epochs <= 0:
             raise TrainerError("--eval_every_epochs must be positive, got {}".format(
                 self.eval_every_epochs), "e.g. --eval_every_epochs=1 (the last epoch is "

@@ -111,7 +111,7 @@ def run(config: TrainConfig, options: LmOptions, *, paths: Optional[OutputPaths]
         ) -> Dict[str, Any]:
     """Train and evaluate; returns the summary (``trainer.fit``'s, with tokens/s and MFU)."""
     # A gs:// split's shards are downloaded to a local folder of the run's, mapped from there.
-    cache = scratch.folder("tokens") if config.data_dir.startswith("gs://") and \
+    cache = scratch.folder("tokens") if (config.data_dir or "").startswith("gs://") and \
         not config.fake_data else ""
     try:
         return _train(config, options, paths, cache)

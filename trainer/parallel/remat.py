@@ -33,22 +33,14 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 
 from trainer import xla
+from trainer.config import REMAT_CHOICES
 from trainer.errors import TrainerError
 
 log = logging.getLogger("trainer")
 
-NONE, BLOCK = "none", "block"
-CHOICES = (NONE, BLOCK)
+NONE, BLOCK = REMAT_CHOICES
 
 _STACKS = (torch.nn.ModuleList, torch.nn.Sequential)
-
-
-def check_flag(remat: str) -> None:
-    """A usage error unless ``--remat`` is one of ``CHOICES``."""
-    if remat not in CHOICES:
-        raise TrainerError("--remat={!r} is not one of {}".format(remat, ", ".join(CHOICES)),
-                           "--remat=block recomputes each block's activations in the backward "
-                           "pass; none keeps them")
 
 
 def find_blocks(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:

@@ -4,8 +4,9 @@ activations its gradients need. A step then holds one block's activations at a t
 of every block's, for about a third more compute (a second forward of the blocks).
 
 Which modules are blocks (``find_blocks``): the elements of the model's repeated stacks,
-those of a ``ModuleList`` or ``Sequential`` holding two or more modules of one class, at the
-shallowest depth where there are any: the decoder's ``blocks``, a Hugging Face model's
+those of a ``ModuleList`` or ``Sequential`` holding two or more modules of one class (of
+several such classes, the one holding the most parameters), at the shallowest depth where
+there are any: the decoder's ``blocks``, a Hugging Face model's
 ``model.layers``, timm's ``blocks``, all four stages of a ResNet. A model without such a stack:
 its top-level children that hold parameters.
 
@@ -60,15 +61,20 @@ def find_blocks(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
 
 
 def _repeated(name: str, stack: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
-    """The children of ``stack`` of its most common class, when there are two or more."""
+    """The children of ``stack`` of one class that it holds two or more of (of several such
+    classes, the one whose modules hold the most parameters: the blocks, not the small
+    layers between them)."""
     children = [(_join(name, child_name), child) for child_name, child in stack.named_children()
                 if any(True for _ in child.parameters())]
     counts = Counter(type(child) for _, child in children)
-    if not counts:
+    sizes = Counter()  # type: Counter
+    for _, child in children:
+        sizes[type(child)] += sum(parameter.numel() for parameter in child.parameters())
+    repeated = [kind for kind, count in counts.items() if count >= 2]
+    if not repeated:
         return []
-    kind, count = counts.most_common(1)[0]
-    return [(child_name, child) for child_name, child in children
-            if type(child) is kind] if count >= 2 else []
+    kind = max(repeated, key=lambda candidate: sizes[candidate])
+    return [(child_name, child) for child_name, child in children if type(child) is kind]
 
 
 def _join(prefix: str, name: str) -> str:
@@ -197,6 +203,8 @@ class _Recomputed(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *output_gradients: torch.Tensor) -> Tuple[Any, ...]:
         wanted = ctx.needs_input_grad[1:]
+        # Copies: what the recomputation writes to its buffers (batch norm's running
+        # statistics) stays off the model's, which the forward pass updated once already.
         saved = xla.recompute_barrier()(list(ctx.saved_tensors))
         inputs = [tensor.detach().requires_grad_(need) for tensor, need in zip(saved, wanted)]
         with torch.enable_grad():

@@ -26,8 +26,8 @@ decoder here has none, as is usual for language models trained on TPUs).
 
 from __future__ import annotations
 
+import copyreg
 import logging
-import weakref
 from collections import Counter
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -78,7 +78,7 @@ def _repeated(name: str, stack: torch.nn.Module) -> List[Tuple[str, torch.nn.Mod
 
 
 def _join(prefix: str, name: str) -> str:
-    return prefix + "." + name if prefix else name
+    return prefix + "." + name if prefix and name else prefix or name
 
 
 def recompute_blocks(model: torch.nn.Module, remat: str) -> None:
@@ -98,20 +98,36 @@ def recompute_blocks(model: torch.nn.Module, remat: str) -> None:
                            "use --remat=none")
     for name, block in blocks:
         for inner, module in block.named_modules():
-            if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            rate = _drop_rate(module)
+            if rate:
                 raise TrainerError(
-                    "--remat=block would recompute {} with dropout {} (p={:g}): the second "
+                    "--remat=block would recompute {} with {} {} (p={:g}): the second "
                     "forward pass would draw other masks".format(
-                        name, _join(name, inner), module.p),
-                    "set the model's dropout to 0, or use --remat=none")
-        block.__class__ = _recomputing_class(type(block))
+                        name, type(module).__name__, _join(name, inner), rate),
+                    "set the model's dropout and drop-path rates to 0 (timm: drop_path_rate=0; "
+                    "torchvision: stochastic_depth_prob=0), or use --remat=none")
+        if type(block) not in _CLASSES.values():  # not swapped already (a second run)
+            block.__class__ = _recomputing_class(type(block))
     kinds = sorted({type(block).__mro__[1].__name__ for _, block in blocks})
     log.info("--remat=block: %d blocks (%s, %s ... %s) recompute their activations in the "
              "backward pass", len(blocks), "/".join(kinds), blocks[0][0], blocks[-1][0])
 
 
+# Modules that draw random masks in training, by class name where the class is a library's
+# (torchvision's StochasticDepth, timm's DropPath), with the attribute holding their rate.
+_RANDOM_DROPS = {"StochasticDepth": "p", "DropPath": "drop_prob", "DropBlock2d": "drop_prob"}
+
+
+def _drop_rate(module: torch.nn.Module) -> float:
+    """The rate at which ``module`` drops at random in training (0: it draws nothing)."""
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+        return float(module.p)
+    attribute = _RANDOM_DROPS.get(type(module).__name__)
+    return float(getattr(module, attribute, 0) or 0) if attribute else 0.0
+
+
 _CLASSES: Dict[type, type] = {}
-_CALLERS: "weakref.WeakKeyDictionary[torch.nn.Module, _OwnForward]" = weakref.WeakKeyDictionary()
+_CALLER = "_remat_caller"  # the attribute of a block holding its _OwnForward
 
 
 def _recomputing_class(kind: type) -> type:
@@ -119,9 +135,17 @@ def _recomputing_class(kind: type) -> type:
     subclass per class, so that a model's blocks share it)."""
     if kind not in _CLASSES:
         _CLASSES[kind] = type(kind.__name__, (kind,), {
-            "forward": _forward, "_remat_forward": kind.forward,
+            "forward": _forward, "_remat_forward": kind.forward, "__reduce_ex__": _reduce_ex,
             "__module__": kind.__module__, "__qualname__": kind.__qualname__})
     return _CLASSES[kind]
+
+
+def _reduce_ex(self: torch.nn.Module, protocol: int) -> Any:
+    """Pickled (``torch.save(model)``, ``copy.deepcopy``) as the block it was: its own class,
+    its state, without the recomputation, loadable where this module is not."""
+    state = dict(self.__dict__)
+    state.pop(_CALLER, None)
+    return copyreg._reconstructor, (type(self).__mro__[1], object, None), state
 
 
 def _forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -130,9 +154,10 @@ def _forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     named = list(self.named_parameters()) + list(self.named_buffers())
     leaves, structure = torch.utils._pytree.tree_flatten((args, kwargs))
     places = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    if self not in _CALLERS:
-        _CALLERS[self] = _OwnForward(self)
-    call = _BlockCall(_CALLERS[self], [name for name, _ in named], leaves, structure, places)
+    if _CALLER not in self.__dict__:  # not a submodule: the state dict stays the model's
+        self.__dict__[_CALLER] = _OwnForward(self)
+    call = _BlockCall(self.__dict__[_CALLER], [name for name, _ in named], leaves, structure,
+                      places)
     outputs = _Recomputed.apply(call, *[tensor for _, tensor in named],
                                 *[leaves[i] for i in places])
     return call.rebuild(outputs)
@@ -198,7 +223,17 @@ class _Recomputed(torch.autograd.Function):
     def forward(ctx: Any, call: _BlockCall, *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         ctx.call = call
         ctx.save_for_backward(*tensors)
-        return tuple(call.run(tensors))
+        arguments = tensors[len(call.names):]
+        versions = [tensor._version for tensor in arguments]
+        outputs = tuple(call.run(tensors))
+        # An input the block changed in place would be saved changed, and changed again by
+        # the recomputation: its gradients would be wrong, so it is refused.
+        if [tensor._version for tensor in arguments] != versions:
+            raise TrainerError("--remat=block cannot recompute {}: it changes its input in "
+                               "place".format(type(call.caller.block).__name__),
+                               "make the block's first operation out of place (x = x + ..., "
+                               "not x += ...), or use --remat=none")
+        return outputs
 
     @staticmethod
     def backward(ctx: Any, *output_gradients: torch.Tensor) -> Tuple[Any, ...]:

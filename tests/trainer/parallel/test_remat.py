@@ -230,7 +230,50 @@ def test_what_cannot_be_recomputed_is_one_line():
     with pytest.raises(TrainerError) as raised:
         recompute_blocks(dropout, "block")
     assert raised.value.exit_code == 64
-    assert raised.value.message == ("--remat=block would recompute 0 with dropout 0.1 (p=0.1): "
+    assert raised.value.message == ("--remat=block would recompute 0 with Dropout 0.1 (p=0.1): "
                                     "the second forward pass would draw other masks")
     with pytest.raises(TrainerError, match="found no blocks in Linear"):
         recompute_blocks(torch.nn.Linear(4, 4), "block")
+    # timm's stochastic depth draws its masks too (torchvision's StochasticDepth alike).
+    drop_path = torch.nn.Sequential(*[timm.layers.DropPath(0.1) for _ in range(2)])
+    for block in drop_path:
+        block.register_parameter("scale", torch.nn.Parameter(torch.ones(1)))
+    with pytest.raises(TrainerError, match=r"would recompute 0 with DropPath 0 \(p=0.1\)"):
+        recompute_blocks(drop_path, "block")
+
+
+class InPlace(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x.mul_(2)  # changes the caller's tensor: saved changed, changed again if recomputed
+        return self.linear(x)
+
+
+def test_a_block_that_changes_its_input_in_place_is_one_line():
+    model = torch.nn.Sequential(InPlace(), InPlace()).to(xla.device())
+    recompute_blocks(model, "block")
+    with pytest.raises(TrainerError, match="cannot recompute InPlace: it changes its input in "
+                                           "place"):
+        model(torch.randn(2, 4, device=xla.device()))
+
+
+def test_a_recomputing_model_pickles_as_the_model_it_was_and_takes_remat_twice(tmp_path):
+    """torch.save(model) after training (the blocks' classes swapped) loads without this
+    project, as the model's own classes; a second run on the same model object recomputes
+    once, as the first."""
+    model = CausalLm()
+    recompute_blocks(model, "block")
+    recompute_blocks(model, "block")  # a second run in the same process
+    tokens, mask = torch.randint(0, 50, (2, 5)), torch.ones(2, 5)
+    with torch.no_grad():
+        expected = model(tokens, mask)
+    torch.save(model, str(tmp_path / "model.pt"))
+    loaded = torch.load(str(tmp_path / "model.pt"), weights_only=False)
+    assert [type(layer) for layer in loaded.model.layers] == [Layer] * 3
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens, mask), expected)
+    found = gradients(model, "block", tokens, mask)  # and it still trains
+    assert len(found) == len([p for p in model.parameters() if p.requires_grad])

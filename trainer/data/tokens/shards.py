@@ -128,8 +128,10 @@ def map_split(directory: Any, index: Dict[str, Any], split: str, cache_dir: str
     tokens stay in the page cache, not in the process, so a split larger than the host's
     memory trains, and forked data workers share the same pages."""
     dtype = DTYPES[index.get("dtype", DEFAULT_DTYPE)]
+    records = index["splits"].get(split, [])
+    _allow_open_files(len(records), directory.join(INDEX_NAME))
     parts = []
-    for record in index["splits"].get(split, []):
+    for record in records:
         path = directory.fetch(record["name"], cache_dir)
         if path is None or _file_digest(path) != record["sha256"]:
             raise DataError("token shard {} {}".format(
@@ -139,6 +141,27 @@ def map_split(directory: Any, index: Dict[str, Any], split: str, cache_dir: str
         if os.path.getsize(path):
             parts.append(numpy.memmap(path, dtype=dtype, mode="r"))
     return parts
+
+
+SPARE_FILES = 256  # open files left to the rest of the process beside the mapped shards
+
+
+def _allow_open_files(shards: int, index_name: str) -> None:
+    """Raise this process's limit of open files (its soft limit, up to the hard one) to hold
+    ``shards`` more: each memory map keeps its file open. A data error where the hard limit is
+    too low."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = shards + SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise DataError("{} lists {} shards, each mapped with its file open, over this "
+                        "process's limit of {} open files".format(index_name, shards, hard),
+                        "make fewer, larger shards (make_token_shards makes one per input "
+                        "file: join the files first), or raise the limit (ulimit -n)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 def _file_digest(path: str) -> str:

@@ -1,14 +1,17 @@
 """trainer.data.tokens.shards' mapped reader: a split's shards as memory maps of local files
 (a gs:// shard downloaded first), the same tokens read_split reads whole; a changed or
-missing shard is one line naming it."""
+missing shard is one line naming it; the open-files limit raised for the maps."""
+
+import subprocess
+import sys
 
 import numpy
 import pytest
 
-from conftest import upload_folder
+from conftest import REPO, upload_folder
 from trainer import storage
 from trainer.data.make_token_shards import main as make_token_shards
-from trainer.data.tokens.shards import map_split, read_index, read_split
+from trainer.data.tokens.shards import SPARE_FILES, map_split, read_index, read_split
 from trainer.errors import DataError
 
 
@@ -57,3 +60,23 @@ def test_a_changed_or_missing_shard_is_one_line_naming_it(shards, tmp_path, dama
     assert raised.value.message == "token shard {} {}".format(shard, {
         "changed": "does not match its digest in index.json", "missing": "is missing"}[damage])
     assert raised.value.exit_code == 65
+
+
+def test_the_open_files_limit_is_raised_for_the_maps_and_a_hard_one_too_low_is_one_line(
+        shards):
+    """Each map keeps its shard's file open: the soft limit is raised to hold them (a child
+    process, so this one's limits stay); where the hard limit cannot, one line."""
+    code = ("import resource, sys; from trainer import storage; "
+            "from trainer.data.tokens.shards import map_split, read_index; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); "
+            "folder = storage.open_dir(sys.argv[1]); "
+            "map_split(folder, read_index(folder), 'train', '/nonexistent'); "
+            "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
+    raised = subprocess.run([sys.executable, "-c", code.format(soft=100, hard=4096),
+                             str(shards)], cwd=str(REPO), capture_output=True, text=True)
+    assert raised.returncode == 0, raised.stderr
+    assert int(raised.stdout) == 3 + SPARE_FILES
+    refused = subprocess.run([sys.executable, "-c", code.format(soft=100, hard=200),
+                              str(shards)], cwd=str(REPO), capture_output=True, text=True)
+    assert "lists 3 shards, each mapped with its file open, over this process's limit of 200 " \
+           "open files" in refused.stderr

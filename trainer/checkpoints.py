@@ -11,6 +11,10 @@ atomic rename (or the one GCS upload) stays the only step that makes it visible.
 before the trailer existed end with the archive itself; they are accepted with a warning, their
 state still checked finite.
 
+On a slice whose devices split the state (``--sharding=fsdp`` on several hosts), a checkpoint
+is one file per host instead, each holding that host's regions (``trainer.parallel.pieces``,
+which says how they commit and rotate); ``load_latest`` puts them together.
+
 Two rules keep a run's work: a checkpoint that cannot be *read* (``StorageError``: exit 74
 when storage is unavailable, 77 when it is forbidden) stops the run instead of counting as
 corrupt, because starting over at step 0 would then write over that run; and saving step N
@@ -28,6 +32,7 @@ from typing import Any, BinaryIO, Callable, Collection, Dict, Iterator, List, Op
 import torch
 
 from trainer.errors import DataError
+from trainer.parallel import pieces
 from trainer.storage import Directory
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
@@ -66,15 +71,28 @@ class CheckpointStore:
         # A step whose checkpoint the rotation leaves (the best evaluation's), or None. Read
         # by the background writer's rotation: rebound, never changed in place.
         self.kept: Optional[int] = None
+        # The hosts whose pieces make one checkpoint of this run (``save_piece``); 1: a file.
+        self.hosts = 1
+        # Where the checkpoint ``load_latest`` returned was read from (for messages).
+        self.source = ""
 
-    def steps(self):
-        """Steps with a checkpoint, oldest first."""
-        found = (_NAME.match(name) for name in self.directory.list())
-        return sorted(int(match.group(1)) for match in found if match)
+    def steps(self) -> List[int]:
+        """Steps with a checkpoint (a file, or some pieces of one), oldest first."""
+        return sorted(self._files())
+
+    def _files(self, names: Optional[List[str]] = None) -> Dict[int, List[str]]:
+        """{step: the names of its files} in the folder (or among ``names``)."""
+        found: Dict[int, List[str]] = {}
+        for name in self.directory.list() if names is None else names:
+            step = _step_of(name)
+            if step is not None:
+                found.setdefault(step, []).append(name)
+        return found
 
     def uri(self, step: int) -> str:
-        """Where the checkpoint of ``step`` is (for messages)."""
-        return self.directory.join(checkpoint_name(step))
+        """Where this run writes the checkpoint of ``step`` (for messages)."""
+        return self.directory.join(checkpoint_name(step) if self.hosts == 1
+                                   else pieces.pieces_pattern(step, self.hosts))
 
     def save(self, step: int, state: Dict[str, Any]) -> str:
         """Write ``state`` (tensors already on the CPU) as the checkpoint of ``step``,
@@ -85,34 +103,71 @@ class CheckpointStore:
                                   needs=size_of(state))
         # Rotation among this step and earlier ones only: a later checkpoint is another
         # run's progress (or this one's, if its restore went wrong), never ours to delete.
+        files = self._files()
         kept = self.kept
-        for old in [earlier for earlier in self.steps() if earlier <= step][:-self.keep]:
+        for old in [earlier for earlier in sorted(files) if earlier <= step][:-self.keep]:
             if old != kept:
-                self.directory.delete(checkpoint_name(old))
+                for old_name in files[old]:
+                    self.directory.delete(old_name)
         return self.uri(step)
 
+    def save_piece(self, step: int, host: int, piece: Dict[str, Any]) -> str:
+        """Write host ``host``'s ``piece`` (``pieces.take``) of the checkpoint of ``step``,
+        one of ``self.hosts``; then delete this host's own files of steps older than the newest
+        ``keep`` complete ones (host 0 also whole files, and pieces of hosts this run has
+        not). Returns where it went."""
+        name = pieces.piece_name(step, host, self.hosts)
+        piece["step"] = step
+        self.directory.write_file(name, lambda stream: _write_sealed(piece, stream),
+                                  needs=size_of(piece))
+        names = self.directory.list()
+        files = self._files(names)
+        complete = sorted(set(pieces.complete_steps(names)) | {
+            other for other, found in files.items() if checkpoint_name(other) in found})
+        complete = [other for other in complete if other <= step]
+        if len(complete) >= self.keep:
+            oldest_kept, kept = complete[-self.keep], self.kept
+            for old in [other for other in files if other < oldest_kept and other != kept]:
+                for old_name in files[old]:
+                    if self._owns(old_name, host):
+                        self.directory.delete(old_name)
+        return self.directory.join(name)
+
+    def _owns(self, name: str, host: int) -> bool:
+        """Whether host ``host`` of this run rotates file ``name`` away."""
+        parsed = pieces.parse_piece(name)
+        if parsed is None:  # a whole checkpoint
+            return host == 0
+        return parsed[1] == host or (host == 0 and parsed[1] >= self.hosts)
+
     def load_latest(self) -> Optional[Tuple[int, Dict[str, Any]]]:
-        """The newest checkpoint that passes, as (step, state), or None when there is none.
-        A file whose bytes differ from the digest written with it, that does not load as a
-        checkpoint, or whose state holds nan or inf is skipped with a warning; a file that is
-        gone is skipped too; a ``StorageError`` reading one ends the run (exit 74 for an outage, 77
-        for a refusal), and so
-        does a ``DataError`` (exit 65) when every checkpoint there was refused."""
+        """The newest checkpoint that passes, as (step, state), or None when there is none
+        (``source`` then names it). A file whose bytes differ from the digest written with it,
+        that does not load as a checkpoint, or whose state holds nan or inf is skipped with a
+        warning; so is a step whose pieces are not all there (a host stopped while writing
+        its own: as a file never renamed into place, no checkpoint); a file that is gone is
+        skipped too; a ``StorageError`` reading one ends the run (exit 74 for an outage, 77
+        for a refusal), and so does a ``DataError`` (exit 65) when every checkpoint there was
+        refused."""
         refused = []
-        for step in reversed(self.steps()):
-            name = checkpoint_name(step)
+        files = self._files()
+        for step in sorted(files, reverse=True):
+            names = files[step]
             try:
-                data = self.directory.read_bytes(name)
+                state, problem, where = self._read(step, names)
             except FileNotFoundError:  # deleted since it was listed
-                log.warning("skipping vanished checkpoint %s", self.directory.join(name))
+                log.warning("skipping vanished checkpoint of step %d in %s", step,
+                            self.directory.join(""))
                 continue
-            state, problem = self._opened(name, data)
-            del data  # the bytes are not needed once loaded: one copy of the state less
             if problem is None:
+                self.source = where
                 return step, state
-            log.warning("skipping damaged checkpoint %s: %s", self.directory.join(name),
-                        problem)
-            refused.append("{} ({})".format(name, problem))
+            if where is None:  # pieces of a step not all written: no checkpoint
+                log.warning("skipping step %d in %s: %s", step, self.directory.join(""),
+                            problem)
+                continue
+            log.warning("skipping damaged checkpoint %s: %s", where, problem)
+            refused.append("{} ({})".format(where.rsplit("/", 1)[-1], problem))
         if refused:
             raise DataError(
                 "every checkpoint in {} is damaged, so the run stops instead of starting "
@@ -124,17 +179,57 @@ class CheckpointStore:
     def load(self, step: int) -> Dict[str, Any]:
         """The checkpoint of ``step`` (not the newest: ``trainer.consolidate``); a
         ``DataError`` naming it where it does not pass its checks."""
-        name = checkpoint_name(step)
-        state, problem = self._opened(name, self.directory.read_bytes(name))
+        state, problem, where = self._read(step, self._files().get(step, []))
         if problem is not None:
-            raise DataError("checkpoint {} is damaged: {}".format(self.directory.join(name),
-                                                                   problem),
-                            "name another step's, or restore a good copy of it")
+            raise DataError("checkpoint {} is {}: {}".format(
+                where or self.directory.join(checkpoint_name(step)),
+                "damaged" if where else "incomplete", problem),
+                "name another step's, or restore a good copy of it")
         return state
+
+    def _read(self, step: int, names: List[str]
+              ) -> Tuple[Any, Optional[str], Optional[str]]:
+        """(state, None, where) for the checkpoint of ``step`` (its files ``names``) when it
+        is one to trust; else (None, why not, where: None when its pieces are not all
+        there)."""
+        name = checkpoint_name(step)
+        if name in names or not names:
+            data = self.directory.read_bytes(name)
+            state, problem = self._opened(name, data)
+            del data  # the bytes are not needed once loaded: one copy of the state less
+            return state, problem, self.directory.join(name)
+        hosts = pieces.complete_steps(names).get(step)
+        if hosts is None:
+            held = sorted(pieces.parse_piece(found) for found in names)
+            return None, ("{} of {} hosts' pieces written (a host stopped while writing its "
+                          "own, or is writing it still)".format(len(held), held[-1][2])), None
+        where = self.directory.join(pieces.pieces_pattern(step, hosts))
+        assembly = pieces.Assembly()
+        for host in range(hosts):
+            piece_name = pieces.piece_name(step, host, hosts)
+            data = self.directory.read_bytes(piece_name)
+            piece, problem = self._unsealed(piece_name, data)
+            del data
+            problem = problem or assembly.add(piece)
+            if problem is not None:
+                return None, "{}: {}".format(piece_name, problem), where
+            del piece
+        state, problem = assembly.result()
+        if problem is not None:
+            return None, problem, where
+        return self._checked(state) + (where,)
 
     def _opened(self, name: str, data: bytes) -> Tuple[Any, Optional[str]]:
         """(state, None) when ``data``, the bytes of ``name``, are a checkpoint to trust,
         else (None, why not, in a few words)."""
+        state, problem = self._unsealed(name, data)
+        if problem is not None:
+            return None, problem
+        return self._checked(state)
+
+    def _unsealed(self, name: str, data: bytes) -> Tuple[Any, Optional[str]]:
+        """(what file ``name`` holds, None) when ``data``, its bytes, are those written and
+        load, else (None, why not)."""
         view = memoryview(data)
         if len(data) >= SEAL_BYTES and view[-SEAL_BYTES:-64].tobytes() == SEAL_MAGIC:
             recorded = view[-64:].tobytes().decode("ascii", "replace")
@@ -155,6 +250,12 @@ class CheckpointStore:
                 raise ValueError("not a trainer checkpoint")
         except Exception as error:  # bytes that are no checkpoint
             return None, "unreadable: {}: {}".format(type(error).__name__, error)
+        return state, None
+
+    def _checked(self, state: Any) -> Tuple[Any, Optional[str]]:
+        """(state, None) when its values are numbers, else (None, which is not)."""
+        if not isinstance(state, dict) or "step" not in state:
+            return None, "unreadable: not a trainer checkpoint"
         # The buffers the model was given as nan or inf, as the run knows them and as the
         # checkpoint records them (a reader without the model: ``trainer.consolidate``).
         allowed = set(self.allowed_non_finite) | set(state.get(GIVEN_NON_FINITE) or ())
@@ -162,6 +263,15 @@ class CheckpointStore:
         if bad is not None:
             return None, "{} holds nan or inf".format(bad)
         return state, None
+
+
+def _step_of(name: str) -> Optional[int]:
+    """The step of a checkpoint's file (whole, or a piece), None for any other name."""
+    match = _NAME.match(name)
+    if match is not None:
+        return int(match.group(1))
+    parsed = pieces.parse_piece(name)
+    return None if parsed is None else parsed[0]
 
 
 def mismatch(model: torch.nn.Module, saved: Dict[str, Any]) -> Optional[str]:

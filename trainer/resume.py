@@ -1,16 +1,20 @@
 """A run's checkpoints: what one holds (model, optimizer, position in the run, running loss,
 RNG, global batch), writing it, and putting a new run back where the newest one left off.
 
-A checkpoint does not depend on the device count: parameters and optimizer state are
-replicated over the devices and saved once, as on one device. The position in the data is a
+A checkpoint does not depend on the device count: parameters and optimizer state are saved
+whole, as on one device, whether the devices held them whole or split them (``--sharding``);
+on a slice whose hosts split them, each host writes its own regions instead
+(``trainer.parallel.pieces``), which a restore puts together whole. The position in the data is a
 step of a *global* batch, so a run resumes on another device count when its global batch is
 the same (``--batch_size`` is per device: 64 on 4 devices is 256 on 1); a different global
 batch is refused, since it would change both the step and the data position. On a slice only
-the process that writes outputs writes checkpoints; every process reads them."""
+the process that writes outputs writes checkpoints (or, with the state split, its piece and
+the run's position); every process reads them."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, Callable, Collection, Dict, List, Optional
 
@@ -32,6 +36,7 @@ from trainer.job_totals import JobTotals
 from trainer.loop import LoopState
 from trainer.optim import check_resumable
 from trainer.outputs import OutputPaths, RunOutputs, checkpoint_directory
+from trainer.parallel import pieces
 from trainer.steps import Steps
 
 log = logging.getLogger("trainer")
@@ -57,6 +62,9 @@ class RunCheckpoints:
         self.global_batch = topology.global_batch(batch_size)
         self.data_layout = data_layout
         self.data_identity = data_identity
+        # The pieces this process writes when the state is split over hosts (None: one file).
+        self.pieces = pieces.layout_for(topology.process_index, topology.process_count,
+                                        topology.devices, os.environ)
         self.writer = BackgroundWriter()
         self.saved_step = -1  # the step of the last checkpoint handed to the writer
         self.saved_at = time.monotonic()  # when it was (or when the run started)
@@ -97,15 +105,16 @@ class RunCheckpoints:
         if restored is None:
             return 0.0
         step, saved = restored
+        source = self.store.source
         problem = mismatch(self.steps.model, saved)
         if problem is not None:  # starting over would rotate that run's checkpoints away
             raise DataError("checkpoint {} was written by another model: {}".format(
-                self.store.uri(step), problem),
+                source, problem),
                 "use a new --job_dir for this model, or move the old checkpoints away")
-        self._check_global_batch(saved.get("global_batch"), self.store.uri(step))
-        self._check_data_layout(saved.get("data_layout"), self.store.uri(step))
-        self._check_data_identity(saved.get("data_identity"), self.store.uri(step))
-        check_resumable(self.steps.optimizer, saved["optimizer"], self.store.uri(step))
+        self._check_global_batch(saved.get("global_batch"), source)
+        self._check_data_layout(saved.get("data_layout"), source)
+        self._check_data_identity(saved.get("data_identity"), source)
+        check_resumable(self.steps.optimizer, saved["optimizer"], source)
         self.steps.model.load_state_dict(saved["model"])
         # Moves the optimizer state to the parameters' device; the rate is set again below.
         self.steps.optimizer.load_state_dict(saved["optimizer"])
@@ -113,7 +122,7 @@ class RunCheckpoints:
             if "ema" not in saved:
                 log.info("checkpoint %s holds no average of the weights (written without "
                          "--ema_decay): the average starts from its weights",
-                         self.store.uri(step))
+                         source)
             self.steps.average.load_state_dict(saved.get("ema", {}))
         state.epoch, state.step_in_epoch = saved["epoch"], saved["step_in_epoch"]
         state.global_step = state.loss_finite_at = saved["step"]  # saved only when finite
@@ -129,10 +138,10 @@ class RunCheckpoints:
         self.resumed, self.restore_seconds = True, time.perf_counter() - started
         if train_steps and state.global_step >= train_steps:
             log.info("resumed from %s: the run is complete (step %d of %d); the final model "
-                     "is evaluated and written, and the run ends", self.store.uri(step),
+                     "is evaluated and written, and the run ends", source,
                      state.global_step, train_steps)
         else:
-            log.info("resumed from %s: epoch %d, step %d", self.store.uri(step),
+            log.info("resumed from %s: epoch %d, step %d", source,
                      state.epoch + 1, state.global_step)
         return total
 
@@ -211,46 +220,66 @@ class RunCheckpoints:
         # Every process reads the same replicated loss: a diverged run stops on all of them.
         total = _total(state)
         check_loss(state, total, state.global_step)
-        uri = self.store.uri(state.global_step)
-        writes = self.topology.writes_outputs
-        # Parameters split over the devices of several hosts (--sharding=fsdp on a slice) are
-        # fetched whole by all processes together (each holds only its own shards): every
-        # process takes part, the writer alone writes.
-        if writes or (self.topology.process_count > 1 and any(
-                xla.sharded(parameter) for parameter in self.steps.model.parameters())):
-            steps = self.steps
-            steps.learning_rate.set(state.global_step)  # the compiled path computes it in-graph
-            # The model's and the optimizer's tensors reach the host in one transfer.
-            tensors = {"model": steps.model.state_dict(),
-                       "optimizer": steps.optimizer.state_dict()}
-            if steps.average is not None:  # --ema_decay's averages (``weight_average``)
-                tensors["ema"] = steps.average.state_dict()
-            snapshot = to_cpu(tensors, xla.to_host)
-        if writes:
-            snapshot.update({
-                "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
-                "step": state.global_step, "loss_total": total,
-                "global_batch": self.global_batch or None,
-                "data_layout": self.data_layout,
-                "data_identity": self.data_identity,
-                "torch_rng": torch.get_rng_state(),
-                GIVEN_NON_FINITE: sorted(self.allowed_non_finite),
-                "job_totals": self.job_totals().as_dict()})
-            # The metrics up to this step land before the checkpoint does: same thread, first.
-            upload = outputs.staged_upload()
-            step = state.global_step  # the thread must not read ``state``: training goes on
-
-            def write() -> None:
-                if upload is not None:
-                    upload()
-                check_state(snapshot, step, self.allowed_non_finite)
-                self._write(step, snapshot)
-
-            self.writer.submit(write, "checkpoint " + uri)
-            if wait:
-                self.writer.wait()
+        # Parameters split over the devices of several hosts (--sharding=fsdp on a slice):
+        # each host writes the regions its own devices hold, and none gathers the rest.
+        layout = self.pieces if any(
+            xla.sharded(parameter) for parameter in self.steps.model.parameters()) else None
+        if self.topology.writes_outputs or layout is not None:
+            uri = self._hand_over(state, outputs, total, layout, wait)
+        else:
+            uri = self.store.uri(state.global_step)
         self.saved_step, self.saved_at = state.global_step, time.monotonic()
         self.seconds += time.perf_counter() - started
+        return uri
+
+    def _hand_over(self, state: LoopState, outputs: RunOutputs, total: float,
+                   layout: Optional[pieces.PieceLayout], wait: bool) -> str:
+        """Copy the state at ``state`` to the host and hand its write to the background
+        writer: one file (``layout`` None), or this process's pieces of it. Returns where it
+        goes."""
+        steps = self.steps
+        steps.learning_rate.set(state.global_step)  # the compiled path computes it in-graph
+        tensors = {"model": steps.model.state_dict(), "optimizer": steps.optimizer.state_dict()}
+        if steps.average is not None:  # --ema_decay's averages (``weight_average``)
+            tensors["ema"] = steps.average.state_dict()
+        position = {
+            "epoch": state.epoch, "step_in_epoch": state.step_in_epoch,
+            "step": state.global_step, "loss_total": total,
+            "global_batch": self.global_batch or None,
+            "data_layout": self.data_layout,
+            "data_identity": self.data_identity,
+            "torch_rng": torch.get_rng_state(),
+            GIVEN_NON_FINITE: sorted(self.allowed_non_finite),
+            "job_totals": self.job_totals().as_dict()}
+        if layout is None:
+            # The model's and the optimizer's tensors reach the host in one transfer.
+            snapshot = to_cpu(tensors, xla.to_host)
+            snapshot.update(position)
+            written: Dict[int, Dict[str, Any]] = {}
+        else:
+            self.store.hosts = layout.hosts
+            written = pieces.take(tensors, layout, xla.sharded, xla.local_regions,
+                                  xla.to_host, position)
+        uri = self.store.uri(state.global_step)
+        # The metrics up to this step land before the checkpoint does: same thread, first.
+        upload = outputs.staged_upload() if self.topology.writes_outputs else None
+        step = state.global_step  # the thread must not read ``state``: training goes on
+
+        def write() -> None:
+            if upload is not None:
+                upload()
+            if layout is None:
+                check_state(snapshot, step, self.allowed_non_finite)
+                self._write(step, snapshot)
+                return
+            for piece in written.values():
+                check_state(pieces.checked_tensors(piece), step, self.allowed_non_finite)
+            for host, piece in written.items():
+                log.info("checkpoint piece %s", self.store.save_piece(step, host, piece))
+
+        self.writer.submit(write, "checkpoint " + uri)
+        if wait:
+            self.writer.wait()
         return uri
 
     def name(self, step: int) -> Optional[str]:

@@ -11,7 +11,17 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import torch
 
@@ -529,20 +539,45 @@ def device_bytes(tensors: Sequence[torch.Tensor]) -> int:
     return total
 
 
+# A region of a tensor: (start, stop) along each of its dimensions.
+Region = Tuple[Tuple[int, int], ...]
+
+
+def local_regions(tensors: List[torch.Tensor]) -> List[List[Tuple[int, Region, torch.Tensor]]]:
+    """For each sharded tensor, CPU copies of the regions this process holds, each region once
+    in the whole job: the shards of replica 0 (the other replicas hold the same values), the
+    padding of a last shard cut off; each as (the ordinal of the device it is on, its region,
+    its values)."""
+    # torch_xla's shard reader does not wait for the step computing them ("Trying to access
+    # XLA data ... while an async operation is in flight", seen here 1 run in 5): wait first.
+    xm.wait_device_ops()
+    shards = torch_xla._XLAC._get_local_shards(tensors)
+    places = torch_xla._XLAC._get_local_shard_replica_and_indices(tensors)
+    found = []
+    for tensor, pieces, where in zip(tensors, shards, places):
+        regions = []
+        for (piece, device), (replica, index) in zip(pieces, where):
+            if replica != 0:
+                continue
+            bounds = tuple(part.indices(size)[:2] for part, size in zip(index, tensor.shape))
+            shape = tuple(stop - start for start, stop in bounds)
+            if tuple(piece.shape) != shape:  # padded: a copy, since torch.save writes a
+                # view's whole storage
+                piece = piece[tuple(slice(0, size) for size in shape)].clone()
+            regions.append((int(device.rsplit(":", 1)[-1]), bounds, piece))
+        found.append(regions)
+    return found
+
+
 def _assembled(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     """Whole CPU copies of sharded ``tensors`` whose shards are all on this process's devices,
     put together from the shards on the host: fetching them whole instead compiles a gather
     per tensor, at every checkpoint again (torch_xla 2.9)."""
-    shards = torch_xla._XLAC._get_local_shards(tensors)
-    places = torch_xla._XLAC._get_local_shard_replica_and_indices(tensors)
     wholes = []
-    for tensor, pieces, where in zip(tensors, shards, places):
+    for tensor, regions in zip(tensors, local_regions(tensors)):
         whole = torch.empty(tuple(tensor.shape), dtype=tensor.dtype)
-        for (piece, _), (replica, index) in zip(pieces, where):
-            if replica == 0:
-                region = whole[tuple(index)]
-                # A last shard may be padded past the tensor's end: its region is shorter.
-                region.copy_(piece[tuple(slice(0, size) for size in region.shape)])
+        for _, bounds, piece in regions:
+            whole[tuple(slice(start, stop) for start, stop in bounds)] = piece
         wholes.append(whole)
     return wholes
 

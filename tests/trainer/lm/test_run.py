@@ -32,6 +32,7 @@ from trainer.lm.decoder import Decoder, flops_per_token, preset
 from trainer.lm.flags import LmOptions
 from trainer.lm.run import run, token_data
 from trainer.outputs import OutputPaths
+from trainer.parallel import pieces
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 
@@ -185,11 +186,22 @@ def test_help_and_a_bad_flag_answer_without_loading_torch():
         assert text in done.stdout + done.stderr and "Traceback" not in done.stderr
 
 
-def lm_process(*args, devices=1):
-    """``python -m trainer.lm ARGS`` on ``devices`` XLA CPU devices."""
+def lm_process(*args, devices=1, hosts=1):
+    """``python -m trainer.lm ARGS`` on ``devices`` XLA CPU devices, its checkpoints written
+    as the pieces of ``hosts`` simulated hosts where the state is split
+    (``TRAINER_CHECKPOINT_HOSTS``)."""
+    environ = clean_environ(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
+    environ[pieces.SIMULATED_HOSTS] = str(hosts)
     return subprocess.Popen([sys.executable, "-m", "trainer.lm"] + list(args), cwd=str(REPO),
-                            env=clean_environ(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def assert_pieces_only(job, hosts):
+    """The newest checkpoint in ``job`` is ``hosts`` pieces, and there is no whole file."""
+    names = [path.name for path in (job / "checkpoints").iterdir()]
+    assert not [name for name in names if pieces.parse_piece(name) is None], names
+    assert set(pieces.complete_steps(names).values()) == {hosts}, names
 
 
 def finished(process):
@@ -220,14 +232,18 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(
     """The trainer as a process: SIGTERM once step 20 (of about 90) is logged exits 143 with a
     checkpoint; the rerun resumes there and ends on the weights, torch.equal, of a run that
     was never stopped (the same windows in the same order, the same updates). Under fsdp on
-    4 devices too: the checkpoint's whole tensors are split again as they were."""
+    4 devices too, the checkpoint written as the pieces of 2 hosts (as a slice writes it),
+    put together and split again as it was."""
     args = ["--data_dir=" + str(shards), "--preset=tiny", "--seq_len=32",
             "--batch_size={}".format(4 // devices), "--num_epochs=1", "--num_workers=1",
             "--sharding=" + sharding, "--width=128"]
-    lm = functools.partial(lm_process, devices=devices)
+    hosts = 2 if sharding == "fsdp" else 1
+    lm = functools.partial(lm_process, devices=devices, hosts=hosts)
     finished(lm("--job_dir=" + str(tmp_path / "whole"), "--log_steps=0", *args))
     step = stopped_by_sigterm(lm("--job_dir=" + str(tmp_path / "stopped"), "--log_steps=1",
                                  *args), after_step=20)
+    if hosts > 1:
+        assert_pieces_only(tmp_path / "stopped", hosts)
     total = json.loads((tmp_path / "whole" / "summary.json").read_text())["global_step"]
     assert 20 <= step < total, "not stopped mid-epoch"
     assert "resumed from" in finished(lm("--job_dir=" + str(tmp_path / "stopped"),
@@ -257,18 +273,21 @@ def losses(job):
 
 @pytest.mark.spmd
 def test_an_fsdp_checkpoint_of_four_devices_continues_on_two_and_as_dp(shards, tmp_path):
-    """A run under fsdp on 4 devices (global batch 8) stopped by SIGTERM mid-epoch; its
-    checkpoint resumed on 2 devices under fsdp and on 4 under dp: both continue the losses of
-    the run that was never stopped, step by step. Within 1e-4 relative: AdamW's step divides
-    by the gradients' running RMS, so rounding-level gradients (float32 sums taken in another
-    order over another split) move a weight by up to the rate either way, and such weights
-    barely move the loss."""
+    """A run under fsdp on 4 devices (global batch 8) stopped by SIGTERM mid-epoch, its
+    checkpoint written as the pieces of 4 hosts (as a slice of 4 hosts of one chip each would:
+    no host gathers the state); resumed on 2 devices under fsdp and on 4 under dp: both
+    continue the losses of the run that was never stopped, step by step. Within 1e-4
+    relative: AdamW's step divides by the gradients' running RMS, so rounding-level gradients
+    (float32 sums taken in another order over another split) move a weight by up to the rate
+    either way, and such weights barely move the loss."""
     args = ["--data_dir=" + str(shards), "--preset=tiny", "--width=128", "--seq_len=32",
             "--num_epochs=2", "--num_workers=0", "--log_steps=1"]
     on_four = functools.partial(lm_process, "--batch_size=2", "--sharding=fsdp", *args,
                                 devices=4)
     finished(on_four("--job_dir=" + str(tmp_path / "whole")))
-    stop = stopped_by_sigterm(on_four("--job_dir=" + str(tmp_path / "on_two")), after_step=20)
+    stop = stopped_by_sigterm(on_four("--job_dir=" + str(tmp_path / "on_two"), hosts=4),
+                              after_step=20)
+    assert_pieces_only(tmp_path / "on_two", 4)
     shutil.copytree(str(tmp_path / "on_two"), str(tmp_path / "as_dp"))
     finished(lm_process("--job_dir=" + str(tmp_path / "on_two"), "--batch_size=4",
                         "--sharding=fsdp", *args, devices=2))

@@ -7,7 +7,8 @@ step ``--step``, or the one ``--keep_best`` kept (``--best``: ``best.json``'s; f
 ``ema_`` figure, its averaged weights, as ``model-best.pt`` holds them). The file goes
 to the job dir (local or ``gs://``) as ``--out`` (default ``model-step-N.pt``), through a
 temporary file and a rename; plain torch loads it (``model.load_state_dict(torch.load(f))``).
-Checkpoints hold whole tensors under any ``--sharding``, so this reads one file.
+A checkpoint is one file of whole tensors under any ``--sharding``, or on a slice each host's
+piece (``trainer.parallel.pieces``), which this puts together.
 
 Exit codes: 0 done; 64 bad option; 65 no checkpoint to read (none, damaged, or not the one
 asked for); 74 the job dir cannot be read or written.

@@ -62,6 +62,17 @@ class HostPart:
 WHOLE = HostPart()  # one host loads every global batch whole
 
 
+def host_rows(order: torch.Tensor, batch_size: int, host: HostPart, start_step: int,
+              steps: int) -> torch.Tensor:
+    """``host``'s examples in each of steps ``start_step .. steps - 1`` of an epoch whose
+    ``order`` (``epoch_order``) is cut into global batches of ``batch_size``: int64, a row a
+    step, a copy of its own (``order`` can go). As a list of Python ints the order took 36
+    bytes an example and 4 s at every epoch's start for 49 M windows (100 B tokens of 2,048);
+    this keeps 8 bytes an example of the host's share."""
+    return order[start_step * batch_size:steps * batch_size].view(-1, batch_size)[
+        :, host.of(batch_size)].clone()
+
+
 def pad_batch(x: torch.Tensor, y: torch.Tensor, size: int) -> Batch:
     """Pad a short evaluation batch to ``size`` with zero images labelled IGNORE_LABEL."""
     missing = size - len(x)

@@ -40,7 +40,15 @@ import torch
 from torch.utils.data import Dataset
 
 from trainer.batch_tree import describe, flatten, unflatten
-from trainer.batches import WHOLE, Batch, DataSource, HostPart, epoch_order, steps_in
+from trainer.batches import (
+    WHOLE,
+    Batch,
+    DataSource,
+    HostPart,
+    epoch_order,
+    host_rows,
+    steps_in,
+)
 from trainer.errors import DataError, TrainerError
 
 log = logging.getLogger("trainer")
@@ -335,10 +343,10 @@ def host_random_state(seed: int) -> Iterator[None]:
 
 
 class BatchItems(Dataset):
-    """Item ``i``: the examples ``indices[i]`` of ``dataset`` made into one batch, padded to
-    ``pad_to`` rows (``seeds[i]`` seeding the host's random states while they are read and
-    collated): stacked, or where ``collate_fn`` is given, what it makes of the list of items
-    (``CollatedShape`` checks it)."""
+    """Item ``i``: the examples ``indices[i]`` (a list, or a row of a tensor: ``host_rows``)
+    of ``dataset`` made into one batch, padded to ``pad_to`` rows (``seeds[i]`` seeding the
+    host's random states while they are read and collated): stacked, or where ``collate_fn``
+    is given, what it makes of the list of items (``CollatedShape`` checks it)."""
 
     def __init__(self, dataset: Any, name: str, shape: ItemShape,
                  indices: Sequence[Sequence[int]], seeds: Sequence[int],
@@ -351,7 +359,8 @@ class BatchItems(Dataset):
         return len(self.indices)
 
     def __getitem__(self, i: int) -> Batch:
-        indices = self.indices[i]
+        row = self.indices[i]
+        indices = row.tolist() if isinstance(row, torch.Tensor) else row
         if not indices:  # a host's piece of a short last batch may hold no example
             return self.shape.stack([], self.pad_to)
         with host_random_state(self.seeds[i]):
@@ -483,10 +492,9 @@ class DatasetSource(DataSource):
         return self._last_rows if batch == self.eval_steps - 1 else self.eval_batch_size
 
     def train_batches(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
-        order = epoch_order(self.train_size, self.seed, epoch).tolist()
-        size, mine = self.batch_size, self.host.of(self.batch_size)
+        indices = host_rows(epoch_order(self.train_size, self.seed, epoch), self.batch_size,
+                            self.host, start_step, self.steps_per_epoch)
         steps = range(start_step, self.steps_per_epoch)
-        indices = [order[step * size:(step + 1) * size][mine] for step in steps]
         seeds = [mixed_seed(self.seed, epoch, step) for step in steps]
         return self._load(BatchItems(self.train_set, "train_set", self.train_shape, indices,
                                      seeds, collate_fn=self.collate_fn),

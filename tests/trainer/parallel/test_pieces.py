@@ -184,6 +184,26 @@ def test_consolidate_writes_the_whole_model_of_pieces(tmp_path):
     assert step == 9 and torch.equal(model["w"], state_on_devices(9)["model"]["w"])
 
 
+def test_pieces_in_a_gcs_job_dir_commit_rotate_and_restore(gcs, scratch, caplog):
+    """As on local disk, through Cloud Storage (fake-gcs-server): each piece an object of its
+    own, the newest complete step restored, the incomplete one after it skipped."""
+    from trainer.storage import open_dir
+
+    store = CheckpointStore(open_dir("gs://{}/job/checkpoints".format(gcs.name)), keep=1)
+    for step in (1, 2):
+        write(store, step)
+    write(store, 3, only={1})
+    names = [blob.name.rsplit("/", 1)[-1]
+             for blob in gcs.list_blobs(prefix="job/checkpoints/")]
+    assert pieces.complete_steps(names) == {2: 2}
+    assert pieces.piece_name(1, 1, 2) not in names  # host 1 rotated its own away
+    step, loaded = store.load_latest()
+    assert step == 2 and store.source == "gs://{}/job/checkpoints/{}".format(
+        gcs.name, pieces.pieces_pattern(2, 2))
+    assert_whole(loaded, 2)
+    assert "skipping step 3" in caplog.text
+
+
 @pytest.mark.parametrize("text", ["3", "two", "0", "8"])
 def test_a_simulated_host_count_that_does_not_divide_the_devices_is_one_line(text):
     with pytest.raises(TrainerError, match="TRAINER_CHECKPOINT_HOSTS=.* divides the job's 4 "

@@ -11,6 +11,7 @@ tensor."""
 import functools
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -20,6 +21,7 @@ import sys
 import numpy
 import pytest
 import torch
+from worker_kills import living_children
 
 from conftest import REPO, clean_environ
 from trainer import storage
@@ -194,7 +196,7 @@ def lm_process(*args, devices=1, hosts=1):
     environ[pieces.SIMULATED_HOSTS] = str(hosts)
     return subprocess.Popen([sys.executable, "-m", "trainer.lm"] + list(args), cwd=str(REPO),
                             env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=True)
 
 
 def assert_pieces_only(job, hosts):
@@ -210,18 +212,23 @@ def finished(process):
     return out
 
 
-def stopped_by_sigterm(process, after_step):
-    """SIGTERM to ``process`` (logging each step) once it logs ``after_step``; asserts it
-    exits 143 without a traceback and returns the step it stopped at."""
+def stopped_by_sigterm(process, after_step, group=False):
+    """SIGTERM to ``process`` (logging each step; ``group``: to its whole process group, its
+    data workers too, as systemd, Slurm and ``timeout`` send it) once it logs ``after_step``;
+    asserts it exits 143 without a traceback and returns the step it stopped at."""
     try:
         for line in process.stdout:
             if " step {}/".format(after_step) in line:
                 break
-        process.send_signal(signal.SIGTERM)
+        if group:
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.send_signal(signal.SIGTERM)
         err = process.communicate(timeout=120)[1]
     finally:
         process.kill()
     assert process.returncode == 143 and "Traceback" not in err, err
+    assert "DataLoader worker" not in err, err
     return int(re.search(r"stopped by SIGTERM at step (\d+)", err).group(1))
 
 
@@ -231,17 +238,20 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(
         shards, tmp_path, devices, sharding):
     """The trainer as a process: SIGTERM once step 20 (of about 90) is logged exits 143 with a
     checkpoint; the rerun resumes there and ends on the weights, torch.equal, of a run that
-    was never stopped (the same windows in the same order, the same updates). Under fsdp on
+    was never stopped (the same windows in the same order, the same updates). On one device
+    the signal goes to the whole process group, its 2 data workers too, as systemd and Slurm
+    send it: they leave the stop to the trainer. Under fsdp on
     4 devices too, the checkpoint written as the pieces of 2 hosts (as a slice writes it),
     put together and split again as it was."""
     args = ["--data_dir=" + str(shards), "--preset=tiny", "--seq_len=32",
-            "--batch_size={}".format(4 // devices), "--num_epochs=1", "--num_workers=1",
-            "--sharding=" + sharding, "--width=128"]
+            "--batch_size={}".format(4 // devices), "--num_epochs=1",
+            "--num_workers={}".format(2 if devices == 1 else 1), "--sharding=" + sharding,
+            "--width=128"]
     hosts = 2 if sharding == "fsdp" else 1
     lm = functools.partial(lm_process, devices=devices, hosts=hosts)
     finished(lm("--job_dir=" + str(tmp_path / "whole"), "--log_steps=0", *args))
     step = stopped_by_sigterm(lm("--job_dir=" + str(tmp_path / "stopped"), "--log_steps=1",
-                                 *args), after_step=20)
+                                 *args), after_step=20, group=devices == 1)
     if hosts > 1:
         assert_pieces_only(tmp_path / "stopped", hosts)
     total = json.loads((tmp_path / "whole" / "summary.json").read_text())["global_step"]
@@ -252,6 +262,28 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(
     found = torch.load(str(tmp_path / "stopped" / "model.pt"), weights_only=False)
     assert expected.keys() == found.keys()
     assert all(torch.equal(expected[name], found[name]) for name in expected)
+
+
+def test_a_data_worker_killed_mid_epoch_ends_the_run_with_one_line_and_exit_70(shards,
+                                                                                 tmp_path):
+    """The kernel's out-of-memory killer takes one of trainer.lm's 2 data workers: one line
+    and exit 70, no traceback (torch raised a RuntimeError wherever the trainer was)."""
+    process = lm_process("--data_dir=" + str(shards), "--job_dir=" + str(tmp_path / "job"),
+                         "--preset=tiny", "--width=128", "--seq_len=32", "--batch_size=4",
+                         "--num_epochs=1", "--num_workers=2", "--log_steps=1")
+    try:
+        for line in process.stdout:
+            if " step 5/" in line:
+                break
+        workers = living_children(process.pid)
+        assert len(workers) >= 2, "the data workers are not running"
+        os.kill(workers[0], signal.SIGKILL)
+        err = process.communicate(timeout=120)[1]
+    finally:
+        process.kill()
+    lines = err.strip().splitlines()
+    assert process.returncode == 70 and "Traceback" not in err, err
+    assert "a data worker died" in lines[-2] and lines[-1].startswith("HINT: "), err
 
 
 @pytest.mark.spmd

@@ -483,14 +483,14 @@ lint: $(VENV_READY)
 ## GPU step where CUDA is) and the reference pipeline, and what the damaged-image checks cost
 ## where nothing is damaged and each kind of damage, gradient accumulation's cost per
 ## example, trainer.lm's tokens/s with FSDP against dp on 4 devices, and a split state's
-## checkpoint as each host's pieces against gathered whole first, and an epoch's start on a
-## 100 B-token corpus (bench/*.py; about
+## checkpoint as each host's pieces against gathered whole first, an epoch's start on a
+## 100 B-token corpus, and a streamed token window's CPU (bench/*.py; about
 ## 100 minutes on 2 cores). bench/spmd.py --reference-examples DIR also runs pytorch/xla's SPMD example.
 BENCHES := launcher startup trainer step_paths spmd data listing run_timing checkpoint_copy \
            checkpoint_write epoch_boundary host_simulation feed_cpu \
            "decode_pairs --per-class 10 --rounds 3" worker_balance trainer_threads own_loop feed \
            trainer_ceiling damage_checks "grad_accum --runs 3 --steps 12" lm checkpoint_pieces \
-           epoch_rows
+           epoch_rows token_stream
 bench: $(VENV_READY)
 	for bench in $(BENCHES); do \
 	  set -- $$bench; name=$$1; shift; echo "== bench/$$name.py"; \

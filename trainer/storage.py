@@ -121,6 +121,10 @@ class Directory:
         temporary files."""
         raise NotImplementedError
 
+    def sizes(self) -> Dict[str, int]:
+        """{name: its size in bytes} of the files directly in this folder (one listing)."""
+        raise NotImplementedError
+
     def delete(self, name: str) -> None:
         raise NotImplementedError
 
@@ -236,6 +240,10 @@ class LocalDirectory(Directory):
         if not os.path.isdir(folder):
             return []
         return [_joined(prefix, relative) for relative, _ in _files_under(folder)]
+
+    def sizes(self) -> Dict[str, int]:
+        return {name: os.path.getsize(os.path.join(self.path, name)) for name in self.list()
+                if os.path.isfile(os.path.join(self.path, name))}
 
     def delete(self, name: str) -> None:
         _remove_quietly(os.path.join(self.path, name))
@@ -368,6 +376,12 @@ class GcsDirectory(Directory):
         return self._call(lambda policy: [name[base:] for name, _ in object_entries(
             self.bucket.client, self.bucket_name, start, policy, delimiter)], prefix,
             missing_bucket=True)
+
+    def sizes(self) -> Dict[str, int]:
+        start = self._key("")
+        base = len(start)
+        return self._call(lambda policy: {name[base:]: size for name, size in object_entries(
+            self.bucket.client, self.bucket_name, start, policy, "/")}, "", missing_bucket=True)
 
     def delete(self, name: str) -> None:
         try:

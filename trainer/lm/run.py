@@ -5,6 +5,7 @@ accuracy, perplexity, tokens/s and MFU."""
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import replace
 from typing import Any, Dict, Optional, Tuple
 
@@ -14,7 +15,15 @@ import torch.nn.functional as F
 
 from trainer import devices, models, scratch, storage
 from trainer.config import TrainConfig, parse_model_kwargs
-from trainer.data.tokens.shards import BYTES_EOS, BYTES_VOCABULARY, SPLITS, map_split, read_index
+from trainer.data.tokens.shards import (
+    BYTES_EOS,
+    BYTES_VOCABULARY,
+    SPLITS,
+    map_split,
+    read_index,
+    split_bytes,
+    stream_split,
+)
 from trainer.data.tokens.windows import TokenWindows
 from trainer.data.workers import resolve_workers
 from trainer.dataset_source import DatasetSource
@@ -36,11 +45,11 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
 
-def token_data(config: TrainConfig, seq_len: int, cache_dir: str = ""
+def token_data(config: TrainConfig, seq_len: int, cache_dir: str = "", reads: str = "auto"
                ) -> Tuple[Dict[str, TokenWindows], int, int]:
     """({split: its windows}, the vocabulary size, the end-of-document token) from
-    ``--data_dir``'s shards (mapped from local files; ``gs://`` ones downloaded into
-    ``cache_dir`` first) or ``--fake_data``."""
+    ``--data_dir``'s shards, read as ``reads`` (``--token_reads``: ``how_to_read``) or
+    ``--fake_data``."""
     if config.fake_data:
         generator = numpy.random.default_rng(config.seed)
         return {split: TokenWindows(generator.integers(
@@ -48,7 +57,11 @@ def token_data(config: TrainConfig, seq_len: int, cache_dir: str = ""
             split) for split, windows in FAKE_WINDOWS.items()}, BYTES_VOCABULARY, BYTES_EOS
     folder = storage.open_dir(config.data_dir)
     index = read_index(folder)
-    found = {split: map_split(folder, index, split, cache_dir) for split in SPLITS}
+    if how_to_read(reads, folder, index, cache_dir) == "stream":
+        sizes = folder.sizes()
+        found = {split: stream_split(folder, index, split, sizes) for split in SPLITS}
+    else:
+        found = {split: map_split(folder, index, split, cache_dir) for split in SPLITS}
     windows = {"train": TokenWindows(found["train"], seq_len, folder.join("train-*.bin"))}
     held_out = sum(len(part) for part in found["val"])
     if held_out > seq_len:
@@ -57,6 +70,25 @@ def token_data(config: TrainConfig, seq_len: int, cache_dir: str = ""
         log.warning("%s: its val split holds %d tokens, under one window: no evaluation",
                     folder.join(""), held_out)
     return windows, int(index["vocab_size"]), int(index["eos"])
+
+
+def how_to_read(reads: str, folder: Any, index: Dict[str, Any], cache_dir: str) -> str:
+    """"map" or "stream": ``--token_reads=stream`` streams; a local folder is otherwise mapped
+    where it is; a ``gs://`` one is downloaded into ``cache_dir`` and mapped (``download``),
+    or with ``auto`` where its shards take at most half the free space there, streamed where
+    they take more (logged, with the sizes)."""
+    if reads == "stream" or not cache_dir:
+        return "stream" if reads == "stream" else "map"
+    needed = split_bytes(index)
+    free = shutil.disk_usage(cache_dir).free
+    if reads == "download" or needed <= free // 2:
+        log.info("%s: %.2f GB of token shards downloaded to %s (%.1f GB free there)",
+                 folder.join(""), needed / 1e9, cache_dir, free / 1e9)
+        return "map"
+    log.info("%s: %.2f GB of token shards, over half of the %.1f GB free in %s: each window "
+             "is read where it is (--token_reads=stream; --token_reads=download downloads "
+             "them anyway)", folder.join(""), needed / 1e9, free / 1e9, cache_dir)
+    return "stream"
 
 
 def build_model(config: TrainConfig, options: LmOptions, vocab_size: int,
@@ -110,7 +142,8 @@ def build_model(config: TrainConfig, options: LmOptions, vocab_size: int,
 def run(config: TrainConfig, options: LmOptions, *, paths: Optional[OutputPaths] = None
         ) -> Dict[str, Any]:
     """Train and evaluate; returns the summary (``trainer.fit``'s, with tokens/s and MFU)."""
-    # A gs:// split's shards are downloaded to a local folder of the run's, mapped from there.
+    # A gs:// split's shards are downloaded to a local folder of the run's, mapped from there
+    # (unless streamed: ``how_to_read``).
     cache = scratch.folder("tokens") if (config.data_dir or "").startswith("gs://") and \
         not config.fake_data else ""
     try:
@@ -124,7 +157,7 @@ def _train(config: TrainConfig, options: LmOptions, paths: Optional[OutputPaths]
            cache: str) -> Dict[str, Any]:
     topology = devices.detect(config.devices)
     torch.manual_seed(config.seed)
-    windows, vocab_size, eos = token_data(config, options.seq_len, cache)
+    windows, vocab_size, eos = token_data(config, options.seq_len, cache, options.token_reads)
     model = build_model(config, options, vocab_size, eos)
     batch, eval_batch, host = devices.batch_layout(config.step_batch_size,
                                                    config.eval_batch_size or config.batch_size,

@@ -8,8 +8,10 @@ uninterrupted weights, under dp and under fsdp on 4 devices; a checkpoint writte
 on 4 devices continues on 2 devices and as dp; under FSDP the tied embedding stays one
 tensor."""
 
+import dataclasses
 import functools
 import json
+import logging
 import math
 import os
 import re
@@ -23,7 +25,7 @@ import pytest
 import torch
 from worker_kills import living_children
 
-from conftest import REPO, clean_environ
+from conftest import REPO, clean_environ, upload_folder
 from trainer import storage
 from trainer.config import TrainConfig
 from trainer.data.make_token_shards import main as make_token_shards
@@ -86,6 +88,50 @@ def test_the_tiny_decoder_learns_the_shards_and_reports_its_speed(shards, tmp_pa
 
 
 GENESIS = REPO / "data" / "texts" / "genesis-kjv.jsonl"
+
+
+@pytest.mark.parametrize("reads", ["stream", "auto"])
+def test_shards_in_cloud_storage_streamed_or_downloaded_train_the_same_weights(
+        shards, tmp_path, gcs, caplog, reads):
+    """The same run from the local shards and from a copy in gs:// (fake-gcs-server), read a
+    window at a time by 2 data workers (stream) or downloaded (auto, for shards this small):
+    the same weights, torch.equal."""
+    uri = upload_folder(shards, gcs, "lm-shards")
+    flags = dict(num_epochs=1, num_workers=2)
+    train(shards, tmp_path / "local", **flags)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        train(uri, tmp_path / "remote", dataclasses.replace(TINY, token_reads=reads), **flags)
+    assert ("GB of token shards downloaded to" in caplog.text) == (reads == "auto")
+    expected = torch.load(str(tmp_path / "local" / "model.pt"), weights_only=False)
+    found = torch.load(str(tmp_path / "remote" / "model.pt"), weights_only=False)
+    assert all(torch.equal(expected[name], found[name]) for name in expected)
+
+
+def test_auto_streams_shards_over_half_the_local_free_space_and_downloads_the_rest(
+        tmp_path, caplog):
+    from trainer.lm.run import how_to_read
+
+    folder = storage.open_dir("gs://bucket/shards")
+    free = shutil.disk_usage(str(tmp_path)).free
+
+    def index(tokens):  # uint16: 2 bytes a token
+        return {"splits": {"train": [{"name": "train-000000.bin", "tokens": tokens}]}}
+
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        assert how_to_read("auto", folder, index(free // 2), str(tmp_path)) == "stream"
+        assert "over half of the" in caplog.text
+        assert how_to_read("auto", folder, index(1000), str(tmp_path)) == "map"
+        assert how_to_read("download", folder, index(free // 2), str(tmp_path)) == "map"
+        assert how_to_read("stream", folder, index(1000), str(tmp_path)) == "stream"
+    local = storage.open_dir(str(tmp_path))  # a local folder is mapped where it is
+    assert how_to_read("auto", local, index(free // 2), "") == "map"
+
+
+def test_a_token_reads_that_is_none_of_its_choices_is_one_line():
+    with pytest.raises(TrainerError, match="--token_reads='fast' is not one of auto, "
+                       "download, stream") as raised:
+        LmOptions(token_reads="fast")
+    assert raised.value.exit_code == 64
 
 
 def bigram_perplexity(train_tokens, val_tokens, vocab_size):

@@ -1,6 +1,7 @@
 """The token shard format (``trainer.data.tokens``): writing a shard with its record, the
-index, and reading a split back, digest-checked: whole into memory (``read_split``) or mapped
-from local files (``map_split``), which is how ``trainer.lm`` reads it."""
+index, and reading a split back: whole into memory (``read_split``) or mapped from local files
+(``map_split``), each digest-checked, or read from Cloud Storage a window at a time where it is
+(``stream_split``), each shard's size checked: the three ways ``trainer.lm`` reads it."""
 
 from __future__ import annotations
 
@@ -170,3 +171,61 @@ def _file_digest(path: str) -> str:
         for chunk in iter(lambda: handle.read(DIGEST_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class StreamedShard:
+    """A shard's tokens where they are stored, read a range at a time (one ranged read of
+    ``Directory.read_range`` for each slice taken): ``len`` and ``shard[start:stop]``, a numpy
+    array of the index's type. Nothing is held or downloaded; a forked data worker reads
+    through a client of its own (``storage.GcsDirectory.bucket``)."""
+
+    def __init__(self, directory: Any, name: str, tokens: int, dtype: numpy.dtype) -> None:
+        self.directory, self.name, self.tokens, self.dtype = directory, name, tokens, dtype
+
+    def __len__(self) -> int:
+        return self.tokens
+
+    def __getitem__(self, where: slice) -> numpy.ndarray:
+        start, stop, _ = where.indices(self.tokens)
+        if stop <= start:
+            return numpy.zeros(0, self.dtype)
+        size = self.dtype.itemsize
+        data = self.directory.read_range(self.name, start * size, (stop - start) * size)
+        if len(data) != (stop - start) * size:  # the object changed since it was checked
+            raise DataError("token shard {} ended at byte {}, where its record says {} tokens "
+                            "of {} bytes".format(self.directory.join(self.name),
+                                                 start * size + len(data), self.tokens, size),
+                            "it was changed or cut short: make the shards again into a new "
+                            "folder")
+        return numpy.frombuffer(data, dtype=self.dtype)
+
+
+def split_bytes(index: Dict[str, Any]) -> int:
+    """The bytes of every shard the index lists, all splits."""
+    size = DTYPES[index.get("dtype", DEFAULT_DTYPE)].itemsize
+    return sum(int(record.get("tokens", 0)) * size for records in index["splits"].values()
+               for record in records)
+
+
+def stream_split(directory: Any, index: Dict[str, Any], split: str,
+                 sizes: Dict[str, int]) -> List[StreamedShard]:
+    """The shards of ``split`` in the index's order, read where they are (``StreamedShard``),
+    each checked to be there with the size its record says (``sizes``: ``Directory.sizes``,
+    one listing for all). Their digests are not checked: that would read the whole split,
+    which streaming is for not doing (a shard changed to the same size is not found)."""
+    dtype = DTYPES[index.get("dtype", DEFAULT_DTYPE)]
+    parts = []
+    for record in index["splits"].get(split, []):
+        expected = int(record.get("tokens", -1)) * dtype.itemsize
+        found = sizes.get(record["name"])
+        if found != expected:
+            raise DataError("token shard {} {}".format(
+                directory.join(record["name"]), "is missing" if found is None else
+                "holds {} bytes, its record in {} {} ({} tokens)".format(
+                    found, INDEX_NAME, expected, record.get("tokens"))),
+                "it was changed, cut short or deleted: make the shards again into a new folder")
+        if expected:
+            parts.append(StreamedShard(directory, record["name"], expected // dtype.itemsize,
+                                       dtype))
+    return parts
+

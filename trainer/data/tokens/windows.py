@@ -4,13 +4,14 @@ overlap, so an epoch (every item once, in ``DatasetSource``'s order, over any nu
 hosts) trains on every token once; the last ``(n - 1) % L`` tokens, too few for a window,
 are left out.
 
-The tokens are one array or the split's shards in order (``shards.map_split``'s memory maps):
-one stream either way, a window crossing from one shard into the next taking the end of the
+The tokens are one array or the split's shards in order (``shards.map_split``'s memory maps, or
+``shards.stream_split``'s shards read a window at a time from Cloud Storage): one stream either
+way, a window crossing from one shard into the next taking the end of the
 one and the start of the other, as if they were one array."""
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple, Union
+from typing import Any, List, Sequence, Tuple, Union
 
 import numpy
 import torch
@@ -20,9 +21,10 @@ from trainer.errors import DataError
 
 
 class TokenStream:
-    """Arrays of tokens read as one: ``len``, and ``take(start, count)``, a new int64 array."""
+    """Arrays of tokens read as one: ``len``, and ``take(start, count)``, a new int64 array.
+    A part is anything with ``len`` whose slices are arrays (``shards.StreamedShard``)."""
 
-    def __init__(self, parts: Sequence[numpy.ndarray]) -> None:
+    def __init__(self, parts: Sequence[Any]) -> None:
         self.parts = [part for part in parts if len(part)]
         self.starts: List[int] = list(numpy.cumsum([0] + [len(part) for part in self.parts]))
 
@@ -41,7 +43,7 @@ class TokenStream:
 
 
 class TokenWindows(Dataset):
-    def __init__(self, tokens: Union[numpy.ndarray, Sequence[numpy.ndarray]], seq_len: int,
+    def __init__(self, tokens: Union[numpy.ndarray, Sequence[Any]], seq_len: int,
                  name: str) -> None:
         self.tokens = TokenStream([tokens] if isinstance(tokens, numpy.ndarray) else tokens)
         self.seq_len = seq_len

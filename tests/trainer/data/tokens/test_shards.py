@@ -1,6 +1,8 @@
-"""trainer.data.tokens.shards' mapped reader: a split's shards as memory maps of local files
-(a gs:// shard downloaded first), the same tokens read_split reads whole; a changed or
-missing shard is one line naming it; the open-files limit raised for the maps."""
+"""trainer.data.tokens.shards' readers: a split's shards as memory maps of local files (a gs://
+shard downloaded first), the same tokens read_split reads whole; a changed or missing shard is
+one line naming it; the open-files limit raised for the maps. Streamed from gs:// (each window
+a ranged read): the same windows, nothing downloaded; a shard missing or cut short, found at
+the start or at its read, one line naming it."""
 
 import subprocess
 import sys
@@ -80,3 +82,49 @@ def test_the_open_files_limit_is_raised_for_the_maps_and_a_hard_one_too_low_is_o
                               str(shards)], cwd=str(REPO), capture_output=True, text=True)
     assert "lists 3 shards, each mapped with its file open, over this process's limit of 200 " \
            "open files" in refused.stderr
+
+
+def test_a_streamed_gcs_split_reads_each_window_where_it_is_and_downloads_nothing(
+        shards, tmp_path, gcs):
+    """stream_split: the windows of the gs:// split equal the mapped local ones, window by
+    window across the shards' cuts, and nothing lands on local disk."""
+    from trainer.data.tokens.shards import StreamedShard, stream_split
+    from trainer.data.tokens.windows import TokenWindows
+
+    folder = storage.open_dir(upload_folder(shards, gcs, "tokens"))
+    streamed = stream_split(folder, read_index(folder), "train", folder.sizes())
+    assert len(streamed) == 3 and all(isinstance(part, StreamedShard) for part in streamed)
+    local = storage.open_dir(str(shards))
+    mapped = map_split(local, read_index(local), "train", str(tmp_path / "cache"))
+    expected, found = TokenWindows(mapped, 37, "mapped"), TokenWindows(streamed, 37, "streamed")
+    assert len(found) == len(expected)
+    for index in range(len(expected)):
+        assert all(want.tolist() == got.tolist()
+                   for want, got in zip(expected[index], found[index]))
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("damage", ["cut short", "missing", "cut after the check"])
+def test_a_streamed_shard_cut_short_or_missing_is_one_line_naming_it(shards, gcs, damage):
+    from trainer.data.tokens.shards import stream_split
+
+    folder = storage.open_dir(upload_folder(shards, gcs, "tokens"))
+    name = "train-000001.bin"
+    blob = gcs.blob("tokens/" + name)
+    data = blob.download_as_bytes()
+    if damage == "missing":
+        blob.delete()
+    elif damage == "cut short":
+        blob.upload_from_string(data[:-2])
+    with pytest.raises(DataError) as raised:
+        parts = stream_split(folder, read_index(folder), "train", folder.sizes())
+        blob.upload_from_string(data[:10])  # "cut after the check": found at its read
+        parts[1][0:len(parts[1])]
+    where = "gs://{}/tokens/{}".format(gcs.name, name)
+    assert raised.value.message == {
+        "missing": "token shard {} is missing".format(where),
+        "cut short": "token shard {} holds {} bytes, its record in index.json {} ({} tokens)"
+                     .format(where, len(data) - 2, len(data), len(data) // 2),
+        "cut after the check": "token shard {} ended at byte 10, where its record says {} "
+                               "tokens of 2 bytes".format(where, len(data) // 2)}[damage]
+    assert raised.value.exit_code == 65

@@ -1,5 +1,6 @@
 """An HTTP proxy on loopback in front of fake-gcs-server that breaks chosen requests the way
-Cloud Storage fails in production: a 503 now and then, a request that hangs, or an outage.
+Cloud Storage fails in production: a 503 now and then, a request that hangs, or an outage; or
+delays them as a remote store's latency does.
 
 Point ``STORAGE_EMULATOR_HOST`` at ``proxy.url``. A rule matches a request by method and by a
 needle found in its path (URL-decoded) or the start of its body, which is where the object's
@@ -23,7 +24,8 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"
 @dataclass
 class Rule:
     """Break matching requests: ``status`` (e.g. 503); or, with ``hang_s``, hold the request
-    that long and then drop it; or, with ``mangle``, answer with the real response whose body
+    that long and then drop it; or, with ``delay_s``, hold it that long and then answer it as
+    usual (latency, not a failure); or, with ``mangle``, answer with the real response whose body
     is "corrupt" (one byte flipped) or "truncated" (half sent, then the connection closed).
     ``every`` 2 breaks every other match (each write then needs one retry); 1 breaks all of
     them (an outage); counted from the first match past ``after``, and with ``limit`` only
@@ -33,6 +35,7 @@ class Rule:
     methods: Tuple[str, ...] = WRITES
     status: int = 503
     hang_s: float = 0.0
+    delay_s: float = 0.0
     mangle: str = ""
     every: int = 1
     after: int = 0  # the first ``after`` matches pass untouched
@@ -118,6 +121,9 @@ class GcsFaultProxy:
                     time.sleep(rule.hang_s)
                     self.close_connection = True
                     return
+                if rule is not None and rule.delay_s:
+                    time.sleep(rule.delay_s)
+                    rule = None
                 if rule is not None and not rule.mangle:
                     status, headers, data = rule.status, [], (
                         b'{"error": {"code": %d, "message": "injected by the fault proxy"}}'

@@ -167,6 +167,31 @@ def read_item(dataset: Any, name: str, index: int) -> Any:
             "fix the Dataset's __getitem__ for that index (or its data)")
 
 
+def read_items(dataset: Any, name: str, indices: Sequence[int]) -> List[Any]:
+    """``dataset``'s items ``indices``: through its ``__getitems__`` where it has one (torch's
+    way to read a batch's items at once, which Hugging Face's datasets and streamed token
+    windows have), else one ``read_item`` each. A ``__getitems__`` that raises, or returns
+    another number of items, is a data error naming the items."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is None or len(indices) < 2:
+        return [read_item(dataset, name, index) for index in indices]
+    where = "{} items {}".format(name, _shown(indices))
+    try:
+        items = getitems(list(indices))
+    except TrainerError:
+        raise
+    except Exception as error:  # the user's __getitems__: a line naming the items
+        raise DataError("{}: __getitems__ raised {}: {}".format(
+            where, type(error).__name__, _first_line(error)),
+            "fix the Dataset's __getitems__ for those indices (or its data)")
+    if not isinstance(items, (list, tuple)) or len(items) != len(indices):
+        raise DataError("{}: __getitems__ returned {} for {} indices".format(
+            where, "{} items".format(len(items)) if isinstance(items, (list, tuple))
+            else "a " + type(items).__name__, len(indices)),
+            "return a list of the items, one for each index, in their order")
+    return list(items)
+
+
 def as_pair(item: Any, where: str) -> Tuple[Any, torch.Tensor]:
     """An item (or a batch a ``collate_fn`` made) as (input, target): the input a tensor or a
     tuple, list or dict of them, the target a tensor; a dict (a Hugging Face row) is the input
@@ -367,7 +392,8 @@ class BatchItems(Dataset):
             if self.collate_fn is not None:
                 pair = collated(self.dataset, self.name, indices, self.collate_fn)
             else:
-                pairs = [item_pair(self.dataset, self.name, index) for index in indices]
+                pairs = [as_pair(item, "{} item {}".format(self.name, index)) for index, item
+                         in zip(indices, read_items(self.dataset, self.name, indices))]
         if self.collate_fn is None:
             for index, pair in zip(indices, pairs):
                 self.shape.check(pair, "{} item {}".format(self.name, index))
@@ -378,16 +404,20 @@ class BatchItems(Dataset):
 
 def collated_where(name: str, indices: Sequence[int]) -> str:
     """How error lines name a batch ``collate_fn`` made: by the items it was made of."""
-    shown = ", ".join(str(index) for index in list(indices)[:4])
-    more = ", ..." if len(indices) > 4 else ""
-    return "{}'s collate_fn batch of items {}{}".format(name, shown, more)
+    return "{}'s collate_fn batch of items {}".format(name, _shown(indices))
+
+
+def _shown(indices: Sequence[int]) -> str:
+    """The first few of ``indices``, for a line naming items."""
+    return ", ".join(str(index) for index in list(indices)[:4]) + (
+        ", ..." if len(indices) > 4 else "")
 
 
 def collated(dataset: Any, name: str, indices: Sequence[int],
              collate_fn: Callable) -> Tuple[Any, torch.Tensor]:
     """``collate_fn`` of items ``indices`` of ``dataset``, as (input, target) (``as_pair``);
     a ``collate_fn`` that raises is a data error naming the items."""
-    items = [read_item(dataset, name, index) for index in indices]
+    items = read_items(dataset, name, indices)
     where = collated_where(name, indices)
     try:
         batch = collate_fn(items)

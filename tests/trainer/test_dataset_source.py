@@ -159,3 +159,53 @@ def test_a_hugging_face_collators_batch_encoding_is_a_batch_of_rows():
     source.close()
     assert isinstance(x, dict) and sorted(x) == ["attention_mask", "input_ids", "labels"]
     assert x["labels"] is y
+
+
+class Squares(torch.utils.data.Dataset):
+    """Item i: (i, i * i); with ``__getitems__`` (torch's batched read, which Hugging Face's
+    datasets have), each batch read in one call, recorded; ``answer`` changes what it
+    returns."""
+
+    def __init__(self, answer=None):
+        self.calls, self.answer = [], answer
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        return torch.tensor([float(index)]), torch.tensor(index * index)
+
+    def __getitems__(self, indices):
+        self.calls.append(list(indices))
+        if self.answer is not None:
+            return self.answer(indices)
+        return [self[index] for index in indices]
+
+
+def test_a_datasets_getitems_reads_each_batch_in_one_call():
+    dataset = Squares()
+    source = DatasetSource(dataset, None, 8, 8, seed=3)
+    try:
+        batches = list(source.train_batches(0))
+    finally:
+        source.close()
+    read = [call for call in dataset.calls if len(call) == 8]
+    assert len(read) == 4 and sorted(sum(read, [])) == list(range(32))
+    for (x, y), indices in zip(batches, read):
+        assert x.flatten().tolist() == indices and y.tolist() == [i * i for i in indices]
+
+
+@pytest.mark.parametrize("answer, text", [
+    (lambda indices: 1 / 0, "__getitems__ raised ZeroDivisionError: division by zero"),
+    (lambda indices: [(torch.zeros(1), torch.tensor(0))], "__getitems__ returned 1 items for "
+                                                          "8 indices"),
+    (lambda indices: None, "__getitems__ returned a NoneType for 8 indices")])
+def test_a_getitems_that_fails_or_returns_another_count_is_one_line_naming_the_items(
+        answer, text):
+    source = DatasetSource(Squares(), None, 8, 8, seed=3)
+    source.train_set.answer = answer
+    with pytest.raises(DataError) as raised:
+        next(source.train_batches(0))
+    source.close()
+    assert re.fullmatch(r"train_set items \d+, \d+, \d+, \d+, \.\.\.: " + re.escape(text),
+                        raised.value.message), raised.value.message

@@ -101,6 +101,10 @@ def test_a_streamed_gcs_split_reads_each_window_where_it_is_and_downloads_nothin
     for index in range(len(expected)):
         assert all(want.tolist() == got.tolist()
                    for want, got in zip(expected[index], found[index]))
+    # A batch's windows read side by side (``__getitems__``), in the order asked for.
+    indices = list(reversed(range(len(expected))))
+    assert [[part.tolist() for part in pair] for pair in found.__getitems__(indices)] == [
+        [part.tolist() for part in expected[index]] for index in indices]
     assert not (tmp_path / "cache").exists()
 
 

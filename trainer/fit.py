@@ -164,6 +164,8 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
                    _Placement(sharding, devices.BoundaryVote(
                        topology, _stop_requested(checkpoints), sharding, dev,
                        checkpoints.clock_due(config.checkpoint_minutes), paths.resume)))
+        # Every host resumed where the others did (a local job dir on a slice: they did not).
+        checkpoints.check_same_start(state.global_step, run.placement.vote.job_sum)
         run.best = best_model(config, outputs, steps)
         if run.best is not None and run.best.step is not None:  # a resumed run's best so far
             checkpoints.keep_also(run.best.step)

@@ -145,6 +145,29 @@ class RunCheckpoints:
                      state.epoch + 1, state.global_step)
         return total
 
+    def check_same_start(self, step: int, job_sum: Callable[[List[int]], List[int]]) -> None:
+        """On a slice, a usage error (64) on every host unless every host starts at ``step``,
+        this host's (the restored checkpoint's, 0 for none): a host that read other
+        checkpoints (a local job dir is each host's own folder) would train from other
+        weights and another data position, and the hosts' steps would not meet. ``job_sum``:
+        ``BoundaryVote.job_sum``, each value summed over the hosts (exact below 2^24, so the
+        step goes as two 16-bit halves). Every host reaches the same verdict: the second sum
+        counts the hosts whose step is the mean, all of them exactly when the steps agree."""
+        hosts = self.topology.process_count
+        if hosts == 1:
+            return
+        low, high = job_sum([step & 0xFFFF, step >> 16])
+        agrees = low == hosts * (step & 0xFFFF) and high == hosts * (step >> 16)
+        if job_sum([int(agrees)])[0] == hosts:
+            return
+        raise TrainerError(
+            "the hosts of this slice do not start from the same checkpoint: this host "
+            "(process {} of {}) starts from {}, and their steps differ".format(
+                self.topology.process_index, hosts, "step {} ({})".format(
+                    step, self.store.source) if step else "none (step 0)"),
+            "give the job a --job_dir every host sees as one folder (gs://BUCKET/..., or a "
+            "mount all hosts share): a local folder is each host's own", EX_USAGE)
+
     def _check_global_batch(self, saved: Optional[int], uri: str) -> None:
         """A usage error (64) unless the checkpoint's global batch is this run's (checkpoints
         from before devices were recorded have none, and were written on one device)."""

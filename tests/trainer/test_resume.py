@@ -21,6 +21,7 @@ from conftest import REPO, clean_environ, make_image_folder
 from trainer.batches import TensorSource
 from trainer.checkpoints import checkpoint_name
 from trainer.data.make_shards import convert
+from trainer.errors import TrainerError
 
 RUN = ["--model=tiny_model:build", "--image_size=16", "--batch_size=8", "--num_workers=0",
        "--warmup_epochs=0", "--log_steps=0", "--num_steps=2"]
@@ -180,3 +181,69 @@ def test_a_resume_from_a_stop_after_an_epochs_last_step_rewrites_nothing(tmp_pat
     assert _written(saved) == before, logged
     assert re.findall(r"resume.py:\d+ checkpoint (\S+)", logged) == [
         str(saved.parent / checkpoint_name(6))]
+
+
+class SimulatedSlice:
+    """``BoundaryVote.job_sum`` across ``hosts`` threads, each a host: each call waits for
+    every host's values and returns their sums, as the all-reduce over the mesh does."""
+
+    def __init__(self, hosts):
+        import threading
+
+        self.hosts, self.barrier = hosts, threading.Barrier(hosts)
+        self.rounds = {}
+
+    def job_sum(self, host, values):
+        turn = self.rounds.setdefault(host, 0)
+        self.rounds[host] += 1
+        self.values = getattr(self, "values", {})
+        self.values[(turn, host)] = values
+        self.barrier.wait()
+        sums = [sum(self.values[(turn, other)][i] for other in range(self.hosts))
+                for i in range(len(values))]
+        self.barrier.wait()
+        return sums
+
+
+@pytest.mark.parametrize("steps", [[700, 700, 700, 700], [700, 700, 0, 700],
+                                   [70000, 70000, 70000, 4464], [0, 0, 0, 0]],
+                         ids=["same", "one fresh", "halves differ", "all fresh"])
+def test_hosts_that_start_from_different_checkpoints_all_stop_with_one_line(tmp_path, steps):
+    """4 hosts of a slice (threads, their sums an all-reduce's): each checks it starts where
+    the others do. Where they differ, every host stops (exit 64), the same verdict on each,
+    even where the steps' sum agrees in one 16-bit half (70000 and 4464 share 4464)."""
+    import threading
+
+    from trainer.checkpoints import CheckpointStore
+    from trainer.devices import Topology
+    from trainer.resume import RunCheckpoints
+    from trainer.storage import LocalDirectory
+
+    slice_ = SimulatedSlice(len(steps))
+    verdicts = {}
+
+    def host(index):
+        store = CheckpointStore(LocalDirectory(str(tmp_path)), writes=False)
+        store.source = str(tmp_path / checkpoint_name(steps[index]))
+        checkpoints = RunCheckpoints(store, None, Topology(8, 8, 2, index, len(steps)))
+        try:
+            checkpoints.check_same_start(steps[index],
+                                         lambda values: slice_.job_sum(index, values))
+            verdicts[index] = None
+        except TrainerError as error:
+            verdicts[index] = error
+
+    threads = [threading.Thread(target=host, args=(index,)) for index in range(len(steps))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(verdicts) == len(steps)
+    if len(set(steps)) == 1:
+        assert all(verdict is None for verdict in verdicts.values())
+        return
+    assert all(verdict is not None and verdict.exit_code == 64 for verdict in verdicts.values())
+    assert verdicts[2].message.startswith(
+        "the hosts of this slice do not start from the same checkpoint: this host (process 2 "
+        "of 4) starts from ")
+    assert "every host sees as one folder" in verdicts[2].hint

@@ -32,7 +32,6 @@ from typing import (
     Dict,
     FrozenSet,
     Iterable,
-    Iterator,
     List,
     Mapping,
     NamedTuple,
@@ -118,7 +117,9 @@ def take(tensors: Any, layout: PieceLayout, split: Callable[[torch.Tensor], bool
     devices; ``regions``: ``xla.local_regions`` (each region with its device's ordinal);
     ``fetch``: CPU copies of whole tensors, which only host 0's piece holds, with ``extra``
     (the run's position)."""
-    named = list(_named(tensors))
+    from trainer.checkpoints import named_tensors  # which imports this module
+
+    named = list(named_tensors(tensors))
     apart = [(name, tensor) for name, tensor in named if split(tensor)]
     split_names = {name for name, _ in apart}
     found = regions([tensor for _, tensor in apart]) if apart else []
@@ -201,19 +202,6 @@ class Assembly:
                 "{} split tensor{}".format(len(missing), "" if len(missing) == 1 else "s"),
                 missing[0])
         return state, None
-
-
-def _named(value: Any, name: str = "") -> Iterator[Tuple[str, torch.Tensor]]:
-    """Every tensor of nested state with its dotted path, as ``checkpoints.named_tensors``
-    names them (which imports this module)."""
-    if isinstance(value, torch.Tensor):
-        yield name, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _named(item, "{}.{}".format(name, key) if name else str(key))
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _named(item, "{}.{}".format(name, index) if name else str(index))
 
 
 def _replaced(value: Any, replace: Callable[[str, Any], Any], name: str = "",

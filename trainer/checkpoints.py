@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Callable, Collection, Dict, Iterator, List, Op
 
 import torch
 
-from trainer.errors import DataError
+from trainer.errors import EX_USAGE, DataError, TrainerError
 from trainer.parallel import pieces
 from trainer.storage import Directory
 
@@ -60,8 +60,9 @@ class CheckpointStore:
     one of the step ``kept`` names (``--keep_best``'s) besides."""
 
     def __init__(self, directory: Directory, keep: int = 3, writes: bool = True) -> None:
-        """``writes``: False for a process that only reads (one host of a slice that another
-        writes for): it never touches the folder."""
+        """``writes``: False for a process that writes no whole checkpoint (a host of a slice
+        but the first): it leaves temporary files alone, as another host may be writing
+        them (it still writes its own pieces of a split state: ``save_piece``)."""
         self.directory = directory
         self.keep = max(1, keep)
         if writes:
@@ -97,41 +98,57 @@ class CheckpointStore:
     def save(self, step: int, state: Dict[str, Any]) -> str:
         """Write ``state`` (tensors already on the CPU) as the checkpoint of ``step``,
         serialised straight to a file: no copy of it in memory (a bytes buffer held one, 205 MB
-        for ResNet-50, while the write went on)."""
+        for ResNet-50, while the write went on). Then the rotation (``_rotate``): this process
+        writes the whole checkpoint, so every file of an older step is its to delete."""
         name = checkpoint_name(step)
         self.directory.write_file(name, lambda stream: _write_sealed(state, stream),
                                   needs=size_of(state))
-        # Rotation among this step and earlier ones only: a later checkpoint is another
-        # run's progress (or this one's, if its restore went wrong), never ours to delete.
-        files = self._files()
-        kept = self.kept
-        for old in [earlier for earlier in sorted(files) if earlier <= step][:-self.keep]:
-            if old != kept:
-                for old_name in files[old]:
-                    self.directory.delete(old_name)
+        self._rotate(step, lambda old_name: True)
         return self.uri(step)
 
     def save_piece(self, step: int, host: int, piece: Dict[str, Any]) -> str:
         """Write host ``host``'s ``piece`` (``pieces.take``) of the checkpoint of ``step``,
-        one of ``self.hosts``; then delete this host's own files of steps older than the newest
-        ``keep`` complete ones (host 0 also whole files, and pieces of hosts this run has
-        not). Returns where it went."""
+        one of ``self.hosts``; then the rotation (``_rotate``) of this host's own files (host 0
+        also whole files, and pieces of hosts this run has not). Returns where it went. A
+        ``TrainerError`` (exit 64) where this host has written ``keep`` + 2 steps' pieces and
+        still no step is complete: the other hosts' pieces go elsewhere (a local job dir on a
+        slice is each host's own folder), and no run could ever resume."""
         name = pieces.piece_name(step, host, self.hosts)
         piece["step"] = step
         self.directory.write_file(name, lambda stream: _write_sealed(piece, stream),
                                   needs=size_of(piece))
+        if not self._rotate(step, lambda old_name: self._owns(old_name, host)):
+            mine = [found for found in self.directory.list()
+                    if (pieces.parse_piece(found) or (0, -1))[1] == host]
+            if len(mine) >= self.keep + 2:
+                raise TrainerError(
+                    "{} holds {} checkpoint pieces of this host (process {}) and not one "
+                    "complete checkpoint: the other hosts' pieces do not land there".format(
+                        self.directory.join(""), len(mine), host),
+                    "give the job a --job_dir every host sees as one folder "
+                    "(gs://BUCKET/..., or a mount all hosts share): a local folder is each "
+                    "host's own", EX_USAGE)
+        return self.directory.join(name)
+
+    def _rotate(self, step: int, owns: Callable[[str], bool]) -> bool:
+        """Keep the newest ``keep`` checkpoints that could be restored (a whole file, or a
+        step with every host's piece) among this step and earlier ones, and ``kept``; delete
+        the files ``owns`` of every step older than those. A later step is another run's
+        progress (or this one's, if its restore went wrong), never ours to delete. Returns
+        whether there were ``keep`` to keep (else nothing is deleted)."""
         names = self.directory.list()
         files = self._files(names)
-        complete = sorted(set(pieces.complete_steps(names)) | {
+        restorable = sorted(set(pieces.complete_steps(names)) | {
             other for other, found in files.items() if checkpoint_name(other) in found})
-        complete = [other for other in complete if other <= step]
-        if len(complete) >= self.keep:
-            oldest_kept, kept = complete[-self.keep], self.kept
-            for old in [other for other in files if other < oldest_kept and other != kept]:
-                for old_name in files[old]:
-                    if self._owns(old_name, host):
-                        self.directory.delete(old_name)
-        return self.directory.join(name)
+        restorable = [other for other in restorable if other <= step]
+        if len(restorable) < self.keep:
+            return False
+        oldest_kept, kept = restorable[-self.keep], self.kept
+        for old in sorted(other for other in files if other < oldest_kept and other != kept):
+            for old_name in files[old]:
+                if owns(old_name):
+                    self.directory.delete(old_name)
+        return True
 
     def _owns(self, name: str, host: int) -> bool:
         """Whether host ``host`` of this run rotates file ``name`` away."""
@@ -200,9 +217,11 @@ class CheckpointStore:
             return state, problem, self.directory.join(name)
         hosts = pieces.complete_steps(names).get(step)
         if hosts is None:
-            held = sorted(pieces.parse_piece(found) for found in names)
+            held = [pieces.parse_piece(found) for found in names]
+            largest = max(parsed[2] for parsed in held if parsed is not None)
+            written = sum(1 for parsed in held if parsed is not None and parsed[2] == largest)
             return None, ("{} of {} hosts' pieces written (a host stopped while writing its "
-                          "own, or is writing it still)".format(len(held), held[-1][2])), None
+                          "own, or is writing it still)".format(written, largest)), None
         where = self.directory.join(pieces.pieces_pattern(step, hosts))
         assembly = pieces.Assembly()
         for host in range(hosts):

@@ -180,7 +180,10 @@ def read_items(dataset: Any, name: str, indices: Sequence[int]) -> List[Any]:
         items = getitems(list(indices))
     except TrainerError:
         raise
-    except Exception as error:  # the user's __getitems__: a line naming the items
+    except Exception as error:  # the user's, or torch's forwarding one (Subset's)
+        # Read one at a time, the line names the item that fails, if one does alone.
+        for index in indices:
+            read_item(dataset, name, index)
         raise DataError("{}: __getitems__ raised {}: {}".format(
             where, type(error).__name__, _first_line(error)),
             "fix the Dataset's __getitems__ for those indices (or its data)")

@@ -62,14 +62,20 @@ class RunCheckpoints:
         self.global_batch = topology.global_batch(batch_size)
         self.data_layout = data_layout
         self.data_identity = data_identity
-        # The pieces this process writes when the state is split over hosts (None: one file).
+        # The pieces this process writes, its state split over hosts (None: one file). The
+        # parameters are placed before (``place.place_model``), and stay where they are.
+        split = steps is not None and any(
+            xla.sharded(parameter) for parameter in steps.model.parameters())
         self.pieces = pieces.layout_for(topology.process_index, topology.process_count,
-                                        topology.devices, os.environ)
+                                        topology.devices, os.environ) if split else None
+        if store is not None and self.pieces is not None:
+            store.hosts = self.pieces.hosts
         self.writer = BackgroundWriter()
         self.saved_step = -1  # the step of the last checkpoint handed to the writer
         self.saved_at = time.monotonic()  # when it was (or when the run started)
         self.seconds = 0.0  # spent on the loop's path: copies to the host, waits for writes
         self.resumed = False  # restored from a checkpoint
+        self.restored = -1  # the step it was restored at
         self.restore_seconds = 0.0
         # The job's totals up to the checkpoint restored, and this process's own, which the
         # run sets (``fit``): each checkpoint carries their sum.
@@ -136,6 +142,7 @@ class RunCheckpoints:
         self.saved_step = state.global_step
         self.job_before = JobTotals.from_checkpoint(saved.get("job_totals"))
         self.resumed, self.restore_seconds = True, time.perf_counter() - started
+        self.restored = step
         if train_steps and state.global_step >= train_steps:
             log.info("resumed from %s: the run is complete (step %d of %d); the final model "
                      "is evaluated and written, and the run ends", source,
@@ -150,14 +157,15 @@ class RunCheckpoints:
         this host's (the restored checkpoint's, 0 for none): a host that read other
         checkpoints (a local job dir is each host's own folder) would train from other
         weights and another data position, and the hosts' steps would not meet. ``job_sum``:
-        ``BoundaryVote.job_sum``, each value summed over the hosts (exact below 2^24, so the
-        step goes as two 16-bit halves). Every host reaches the same verdict: the second sum
-        counts the hosts whose step is the mean, all of them exactly when the steps agree."""
+        ``BoundaryVote.job_sum``, each value summed over the hosts in float32, exact below
+        2^24: the step goes as four bytes, whose sums stay exact up to 65,793 hosts. Every
+        host reaches the same verdict: the second sum counts the hosts whose step is the
+        hosts' mean, all of them exactly when the steps agree."""
         hosts = self.topology.process_count
         if hosts == 1:
             return
-        low, high = job_sum([step & 0xFFFF, step >> 16])
-        agrees = low == hosts * (step & 0xFFFF) and high == hosts * (step >> 16)
+        parts = [(step >> shift) & 0xFF for shift in (0, 8, 16, 24)]
+        agrees = job_sum(parts) == [hosts * part for part in parts]
         if job_sum([int(agrees)])[0] == hosts:
             return
         raise TrainerError(
@@ -232,7 +240,8 @@ class RunCheckpoints:
         if self.saved_step == state.global_step:
             if wait:
                 self.finish()
-            return self.store.uri(state.global_step)
+            restored = self.resumed and self.store.source and state.global_step == self.restored
+            return self.store.source if restored else self.store.uri(state.global_step)
         with stop_signal.saving():  # a stop's deadline waits for it (``stop_signal``)
             return self._save_now(state, outputs, wait)
 
@@ -245,10 +254,8 @@ class RunCheckpoints:
         check_loss(state, total, state.global_step)
         # Parameters split over the devices of several hosts (--sharding=fsdp on a slice):
         # each host writes the regions its own devices hold, and none gathers the rest.
-        layout = self.pieces if any(
-            xla.sharded(parameter) for parameter in self.steps.model.parameters()) else None
-        if self.topology.writes_outputs or layout is not None:
-            uri = self._hand_over(state, outputs, total, layout, wait)
+        if self.topology.writes_outputs or self.pieces is not None:
+            uri = self._hand_over(state, outputs, total, self.pieces, wait)
         else:
             uri = self.store.uri(state.global_step)
         self.saved_step, self.saved_at = state.global_step, time.monotonic()
@@ -280,7 +287,6 @@ class RunCheckpoints:
             snapshot.update(position)
             written: Dict[int, Dict[str, Any]] = {}
         else:
-            self.store.hosts = layout.hosts
             written = pieces.take(tensors, layout, xla.sharded, xla.local_regions,
                                   xla.to_host, position)
         uri = self.store.uri(state.global_step)
@@ -306,8 +312,13 @@ class RunCheckpoints:
         return uri
 
     def name(self, step: int) -> Optional[str]:
-        """The file name of the checkpoint of ``step``, None without checkpoints."""
-        return None if self.store is None else checkpoint_name(step)
+        """The file name of the checkpoint of ``step`` (of its pieces, a pattern), None
+        without checkpoints."""
+        if self.store is None:
+            return None
+        if self.pieces is not None:
+            return pieces.pieces_pattern(step, self.pieces.hosts)
+        return checkpoint_name(step)
 
     def keep_also(self, step: int) -> None:
         """Keep the checkpoint of ``step`` beside the newest ``--keep_checkpoints`` (the best

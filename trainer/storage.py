@@ -28,6 +28,7 @@ import contextlib
 import errno
 import os
 import tempfile
+import threading
 import time
 from typing import BinaryIO, Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
@@ -242,8 +243,14 @@ class LocalDirectory(Directory):
         return [_joined(prefix, relative) for relative, _ in _files_under(folder)]
 
     def sizes(self) -> Dict[str, int]:
-        return {name: os.path.getsize(os.path.join(self.path, name)) for name in self.list()
-                if os.path.isfile(os.path.join(self.path, name))}
+        found = {}
+        for name in self.list():
+            try:
+                if os.path.isfile(os.path.join(self.path, name)):
+                    found[name] = os.path.getsize(os.path.join(self.path, name))
+            except FileNotFoundError:  # removed since it was listed
+                continue
+        return found
 
     def delete(self, name: str) -> None:
         _remove_quietly(os.path.join(self.path, name))
@@ -291,6 +298,19 @@ _first_request: Dict[int, float] = {}  # process id -> monotonic time of its fir
 UPLOAD_CHUNK_BYTES = 16 * 1024 * 1024
 
 
+# Makes a process's Cloud Storage client once, where threads ask for it at once (streamed
+# token reads); a new lock in a forked child, in case another thread held it at the fork.
+_CLIENT_LOCK = threading.Lock()
+
+
+def _new_client_lock() -> None:
+    global _CLIENT_LOCK
+    _CLIENT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_client_lock)
+
+
 class GcsDirectory(Directory):
     def __init__(self, bucket: str, prefix: str) -> None:
         self.bucket_name, self.prefix = bucket, prefix
@@ -305,10 +325,12 @@ class GcsDirectory(Directory):
         trainer must not share the trainer's pooled connections (two processes reading one
         socket get each other's bytes: a checksum error at best)."""
         if self._bucket is None or self._pid != os.getpid():
-            from google.cloud import storage  # only jobs with gs:// paths pay for the import
+            with _CLIENT_LOCK:  # one client, where several threads ask at once
+                if self._bucket is None or self._pid != os.getpid():
+                    from google.cloud import storage  # only jobs with gs:// paths import it
 
-            self._bucket = storage.Client().bucket(self.bucket_name)
-            self._pid = os.getpid()
+                    self._bucket = storage.Client().bucket(self.bucket_name)
+                    self._pid = os.getpid()
         return self._bucket
 
     def _key(self, name: str) -> str:

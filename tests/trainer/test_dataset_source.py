@@ -209,3 +209,24 @@ def test_a_getitems_that_fails_or_returns_another_count_is_one_line_naming_the_i
     source.close()
     assert re.fullmatch(r"train_set items \d+, \d+, \d+, \d+, \.\.\.: " + re.escape(text),
                         raised.value.message), raised.value.message
+
+
+def test_an_item_that_fails_inside_a_forwarding_getitems_is_named_alone():
+    """torch's Subset forwards __getitems__ to item reads: one item that fails is named by
+    its own index, as without __getitems__."""
+    class Broken(torch.utils.data.Dataset):
+        def __len__(self):
+            return 32
+
+        def __getitem__(self, index):
+            if index == 13:
+                raise ValueError("bad row")
+            return torch.tensor([float(index)]), torch.tensor(index)
+
+    subset = torch.utils.data.Subset(Broken(), list(range(32)))
+    assert hasattr(subset, "__getitems__")
+    source = DatasetSource(subset, None, 32, 32, seed=3)
+    with pytest.raises(DataError) as raised:
+        next(source.train_batches(0))
+    source.close()
+    assert raised.value.message == "train_set item 13: __getitem__ raised ValueError: bad row"

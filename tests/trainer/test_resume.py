@@ -191,12 +191,12 @@ class SimulatedSlice:
         import threading
 
         self.hosts, self.barrier = hosts, threading.Barrier(hosts)
-        self.rounds = {}
+        self.rounds = {host: 0 for host in range(hosts)}
+        self.values = {}
 
     def job_sum(self, host, values):
-        turn = self.rounds.setdefault(host, 0)
+        turn = self.rounds[host]
         self.rounds[host] += 1
-        self.values = getattr(self, "values", {})
         self.values[(turn, host)] = values
         self.barrier.wait()
         sums = [sum(self.values[(turn, other)][i] for other in range(self.hosts))
@@ -206,12 +206,15 @@ class SimulatedSlice:
 
 
 @pytest.mark.parametrize("steps", [[700, 700, 700, 700], [700, 700, 0, 700],
-                                   [70000, 70000, 70000, 4464], [0, 0, 0, 0]],
-                         ids=["same", "one fresh", "halves differ", "all fresh"])
+                                   [70000, 70000, 70000, 4464], [600, 700, 800, 700],
+                                   [0, 0, 0, 0]],
+                         ids=["same", "one fresh", "a byte differs", "mean agrees",
+                              "all fresh"])
 def test_hosts_that_start_from_different_checkpoints_all_stop_with_one_line(tmp_path, steps):
     """4 hosts of a slice (threads, their sums an all-reduce's): each checks it starts where
-    the others do. Where they differ, every host stops (exit 64), the same verdict on each,
-    even where the steps' sum agrees in one 16-bit half (70000 and 4464 share 4464)."""
+    the others do. Where they differ, every host stops (exit 64), the same verdict on each:
+    also where the steps agree in their low bytes (70000 and 4464 share 4464), and where two
+    hosts are at the mean of all four."""
     import threading
 
     from trainer.checkpoints import CheckpointStore

@@ -44,8 +44,9 @@ class LmOptions:
     def __post_init__(self) -> None:
         if self.token_reads not in TOKEN_READS:
             raise TrainerError("--token_reads={!r} is not one of {}".format(
-                self.token_reads, ", ".join(TOKEN_READS)), "auto downloads a gs:// split that "
-                "fits half the local disk's free space and streams a larger one", EX_USAGE)
+                self.token_reads, ", ".join(TOKEN_READS)), "auto downloads a gs:// folder's "
+                "shards where they take at most half the local disk's free space, else "
+                "streams them", EX_USAGE)
         if self.seq_len <= 0:
             raise TrainerError("--seq_len must be positive, got {}".format(self.seq_len),
                                "e.g. --seq_len=1024", EX_USAGE)
@@ -71,11 +72,12 @@ def define_flags(flag_values: Any = FLAGS) -> None:
         flags.DEFINE_integer(name, 0, what + " (0: the preset's)", flag_values=flag_values)
     flags.DEFINE_bool("tie_embeddings", defaults.tie_embeddings, "share the token embedding "
                       "with the output projection", flag_values=flag_values)
-    flags.DEFINE_string("token_reads", defaults.token_reads, "how a gs:// --data_dir's shards "
-                        "are read: download (to local disk, then mapped), stream (each window "
-                        "read where it is: no download, no digest check), or auto (download "
-                        "what fits half the local disk's free space, stream the rest); a local "
-                        "folder's are mapped where they are", flag_values=flag_values)
+    flags.DEFINE_string("token_reads", defaults.token_reads, "how --data_dir's shards are "
+                        "read: download (a gs:// folder's to local disk; then each shard "
+                        "mapped), stream (each window read where it is: no download, no digest "
+                        "check), or auto (a local folder's mapped where they are; a gs:// "
+                        "one's downloaded where all the shards take at most half the local "
+                        "disk's free space, else all streamed)", flag_values=flag_values)
 
 
 def options_from_flags(flag_values: Any = FLAGS) -> Union[LmOptions, int]:

@@ -174,6 +174,9 @@ class Assembly:
                 if name not in self.wholes:
                     self.wholes[name] = torch.empty(shape, dtype=part.dtype)
                     self.filled[name] = 0
+                if part.dtype != self.wholes[name].dtype:
+                    return "the regions of {} are of {} and {}".format(
+                        name, self.wholes[name].dtype, part.dtype)
                 region = self.wholes[name][tuple(slice(*bound) for bound in bounds)]
                 if region.shape != part.shape:
                     return "a region of {} is {}, its bounds say {}".format(

@@ -175,6 +175,37 @@ def test_pieces_rotate_away_the_whole_files_and_other_host_counts_pieces_of_earl
     assert sorted(pieces.complete_steps(p.name for p in tmp_path.iterdir())) == [8]
 
 
+def test_a_whole_checkpoints_rotation_counts_only_steps_that_can_be_restored(tmp_path):
+    """A host's piece left of an earlier slice run (step 150, its other host's missing) is no
+    checkpoint: keep=2 keeps 100 and 200 (the leftover counted would have cost 100), and the
+    leftover goes once it is older than the checkpoints kept."""
+    store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=2)
+    store.save(100, {"step": 100, "model": {"b": torch.zeros(1)}})
+    write(store, 150, only={1})
+    store.hosts = 1
+    store.save(200, {"step": 200, "model": {"b": torch.zeros(1)}})
+    assert store.steps() == [100, 150, 200]
+    assert store.load_latest()[0] == 200
+    store.save(300, {"step": 300, "model": {"b": torch.zeros(1)}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_name(200),
+                                                         checkpoint_name(300)]
+
+
+def test_a_host_whose_pieces_never_meet_the_others_stops_with_one_line(tmp_path):
+    """A local job dir on a slice: each host's folder holds only its own pieces, so no step
+    is ever complete and none could be resumed. At keep + 2 of its steps the host stops."""
+    store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=2)
+    for step in (10, 20, 30):
+        write(store, step, only={1})
+    with pytest.raises(TrainerError) as raised:
+        write(store, 40, only={1})
+    assert raised.value.exit_code == 64
+    assert raised.value.message == (
+        "{}/ holds 4 checkpoint pieces of this host (process 1) and not one complete "
+        "checkpoint: the other hosts' pieces do not land there".format(tmp_path))
+    assert "every host sees as one folder" in raised.value.hint
+
+
 def test_consolidate_writes_the_whole_model_of_pieces(tmp_path):
     directory = checkpoint_directory(consolidate.OutputPaths.resolve(str(tmp_path), {}))
     store = CheckpointStore(directory, keep=2)
@@ -228,10 +259,11 @@ def test_whole_names_and_piece_names_do_not_meet():
 @pytest.mark.spmd
 @pytest.mark.parametrize("fsdp", [4, 2], ids=["fsdp 4", "data 2 x fsdp 2"])
 def test_the_regions_of_a_model_split_by_fsdp_make_its_whole_state(tmp_path, fsdp):
-    """A layer split over the devices (rows over ``fsdp``, whole over ``data``) and AdamW's
-    moments split as it is, written as 2 simulated hosts' pieces: each host writes only the
-    regions of its own devices, each region once (on the 2-D mesh host 1's devices hold the
-    second replica: it writes none), and the pieces load as the state fetched whole."""
+    """Two layers split over the devices (rows over ``fsdp``, whole over ``data``; 10 rows
+    over 4 devices leave the last shard padded) and AdamW's moments split as they are,
+    written as 2 simulated hosts' pieces: each host writes only the regions of its own
+    devices, each region once (on the 2-D mesh host 1's devices hold the second replica: it
+    writes none), and the pieces load as the state fetched whole."""
     from trainer import devices, xla
     from trainer.checkpoints import named_tensors, to_cpu
 
@@ -239,8 +271,10 @@ def test_the_regions_of_a_model_split_by_fsdp_make_its_whole_state(tmp_path, fsd
     assert topology.devices == DEVICES
     dev = xla.device()
     torch.manual_seed(0)
-    layer = torch.nn.Linear(12, 16).to(dev)
-    xla.BatchSharding(DEVICES, host_part=False, fsdp=fsdp).shard(layer.weight, 0)
+    layer = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Linear(16, 10)).to(dev)
+    mesh = xla.BatchSharding(DEVICES, host_part=False, fsdp=fsdp)
+    mesh.shard(layer[0].weight, 0)
+    mesh.shard(layer[1].weight, 0)  # 10 rows over 4: the last shard padded
     optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
     layer(torch.ones(2, 12, device=dev)).sum().backward()
     optimizer.step()
@@ -250,10 +284,14 @@ def test_the_regions_of_a_model_split_by_fsdp_make_its_whole_state(tmp_path, fsd
                           xla.local_regions, xla.to_host, {"step": 1})
     # (XLA may split the bias's moments too, by propagation.)
     split = set(written[0]["regions"])
-    assert {"model.weight", "optimizer.state.0.exp_avg", "optimizer.state.0.exp_avg_sq"} <= split
+    assert {"model.0.weight", "model.1.weight", "optimizer.state.0.exp_avg",
+            "optimizer.state.0.exp_avg_sq"} <= split
     assert set(written[1]["regions"]) == (split if fsdp == 4 else set())
-    rows = [bounds[0] for bounds, _ in written[0]["regions"]["model.weight"]["parts"]]
+    rows = [bounds[0] for bounds, _ in written[0]["regions"]["model.0.weight"]["parts"]]
     assert rows == ([(0, 4), (4, 8)] if fsdp == 4 else [(0, 8), (8, 16)])
+    last = [bounds[0] for host in written.values()
+            for bounds, _ in host["regions"].get("model.1.weight", {}).get("parts", [])]
+    assert last == ([(0, 3), (3, 6), (6, 9), (9, 10)] if fsdp == 4 else [(0, 5), (5, 10)])
     store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=1)
     store.hosts = 2
     for host, piece in written.items():

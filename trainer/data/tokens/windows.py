@@ -88,6 +88,16 @@ _pool_pid = 0
 _pool_lock = threading.Lock()
 
 
+def _forgotten_in_child() -> None:
+    """A forked data worker starts with no pool and a free lock (another thread of the parent
+    may have held it at the fork)."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forgotten_in_child)
+
+
 def _readers() -> ThreadPoolExecutor:
     """This process's threads for streamed reads (a forked data worker makes its own: the
     parent's threads are not in the child). Idle threads wait on a queue, using no CPU."""

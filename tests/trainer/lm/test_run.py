@@ -258,24 +258,26 @@ def finished(process):
     return out
 
 
-def stopped_by_sigterm(process, after_step, group=False):
-    """SIGTERM to ``process`` (logging each step; ``group``: to its whole process group, its
-    data workers too, as systemd, Slurm and ``timeout`` send it) once it logs ``after_step``;
-    asserts it exits 143 without a traceback and returns the step it stopped at."""
+def stopped_by_signal(process, after_step, group=False, sent=signal.SIGTERM):
+    """``sent`` (SIGTERM; SIGINT is Ctrl-C) to ``process`` (logging each step; ``group``: to
+    its whole process group, its data workers too, as systemd, Slurm and a terminal send it)
+    once it logs ``after_step``; asserts it exits 128 + the signal without a traceback and
+    returns the step it stopped at."""
     try:
         for line in process.stdout:
             if " step {}/".format(after_step) in line:
                 break
         if group:
-            os.killpg(process.pid, signal.SIGTERM)
+            os.killpg(process.pid, sent)
         else:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(sent)
         err = process.communicate(timeout=120)[1]
     finally:
         process.kill()
-    assert process.returncode == 143 and "Traceback" not in err, err
+    assert process.returncode == 128 + sent and "Traceback" not in err, err
     assert "DataLoader worker" not in err, err
-    return int(re.search(r"stopped by SIGTERM at step (\d+)", err).group(1))
+    name = signal.Signals(sent).name
+    return int(re.search(r"stopped by {} at step (\d+)".format(name), err).group(1))
 
 
 @pytest.mark.parametrize("devices, sharding", [
@@ -285,8 +287,8 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(
     """The trainer as a process: SIGTERM once step 20 (of about 90) is logged exits 143 with a
     checkpoint; the rerun resumes there and ends on the weights, torch.equal, of a run that
     was never stopped (the same windows in the same order, the same updates). On one device
-    the signal goes to the whole process group, its 2 data workers too, as systemd and Slurm
-    send it: they leave the stop to the trainer. Under fsdp on
+    the signal is a Ctrl-C (SIGINT, exit 130) to the whole process group, its 2 data workers
+    too, as a terminal sends it: they leave the stop to the trainer. Under fsdp on
     4 devices too, the checkpoint written as the pieces of 2 hosts (as a slice writes it),
     put together and split again as it was."""
     args = ["--data_dir=" + str(shards), "--preset=tiny", "--seq_len=32",
@@ -296,8 +298,9 @@ def test_sigterm_mid_epoch_then_rerun_ends_on_the_uninterrupted_weights(
     hosts = 2 if sharding == "fsdp" else 1
     lm = functools.partial(lm_process, devices=devices, hosts=hosts)
     finished(lm("--job_dir=" + str(tmp_path / "whole"), "--log_steps=0", *args))
-    step = stopped_by_sigterm(lm("--job_dir=" + str(tmp_path / "stopped"), "--log_steps=1",
-                                 *args), after_step=20, group=devices == 1)
+    step = stopped_by_signal(lm("--job_dir=" + str(tmp_path / "stopped"), "--log_steps=1",
+                                 *args), after_step=20, group=devices == 1,
+                              sent=signal.SIGINT if devices == 1 else signal.SIGTERM)
     if hosts > 1:
         assert_pieces_only(tmp_path / "stopped", hosts)
     total = json.loads((tmp_path / "whole" / "summary.json").read_text())["global_step"]
@@ -363,7 +366,7 @@ def test_an_fsdp_checkpoint_of_four_devices_continues_on_two_and_as_dp(shards, t
     on_four = functools.partial(lm_process, "--batch_size=2", "--sharding=fsdp", *args,
                                 devices=4)
     finished(on_four("--job_dir=" + str(tmp_path / "whole")))
-    stop = stopped_by_sigterm(on_four("--job_dir=" + str(tmp_path / "on_two"), hosts=4),
+    stop = stopped_by_signal(on_four("--job_dir=" + str(tmp_path / "on_two"), hosts=4),
                               after_step=20)
     assert_pieces_only(tmp_path / "on_two", 4)
     shutil.copytree(str(tmp_path / "on_two"), str(tmp_path / "as_dp"))

@@ -300,3 +300,34 @@ def test_the_regions_of_a_model_split_by_fsdp_make_its_whole_state(tmp_path, fsd
     whole = dict(named_tensors(to_cpu(tensors)))
     assert loaded.keys() == whole.keys()
     assert all(torch.equal(loaded[name], whole[name]) for name in whole)
+
+
+def test_64_hosts_of_4_chips_write_a_64th_each_and_commit_only_when_the_last_lands(tmp_path):
+    """The size users rent: 64 hosts of 4 chips, a weight split over all 256 devices (rows
+    over the devices, as ``xla.local_regions`` gives them). Each host's piece holds its 4
+    devices' rows, a 64th of the weight; the hosts write in a shuffled order, and the step is a
+    checkpoint only when the 64th lands; put together, it is the weight."""
+    import random
+
+    hosts, chips = 64, 4
+    weight = torch.arange(1024 * 3, dtype=torch.float32).reshape(1024, 3)
+
+    def rows_over_devices(tensors):
+        rows = tensors[0].shape[0] // (hosts * chips)
+        return [[(device, ((device * rows, (device + 1) * rows), (0, 3)),
+                  tensor[device * rows:(device + 1) * rows].clone())
+                 for device in range(hosts * chips)] for tensor in tensors]
+
+    written = pieces.take({"model": {"w": weight}}, PieceLayout.simulated(hosts, hosts * chips),
+                          lambda tensor: True, rows_over_devices, lambda tensors: [],
+                          {"step": 5})
+    assert all(sum(part.numel() for _, part in piece["regions"]["model.w"]["parts"])
+               == weight.numel() // hosts for piece in written.values())
+    store = CheckpointStore(LocalDirectory(str(tmp_path)), keep=1)
+    store.hosts = hosts
+    order = list(range(hosts))
+    random.Random(0).shuffle(order)
+    for count, host in enumerate(order, 1):
+        store.save_piece(5, host, written[host])
+        assert (store.load_latest() is None) == (count < hosts)
+    assert torch.equal(store.load_latest()[1]["model"]["w"], weight)

@@ -38,14 +38,11 @@ class TokenStream:
     def __init__(self, parts: Sequence[Any]) -> None:
         self.parts = [part for part in parts if len(part)]
         self.starts: List[int] = list(numpy.cumsum([0] + [len(part) for part in self.parts]))
+        # Whether a part is read where it is stored (no array in memory or mapped).
+        self.streamed = any(not isinstance(part, numpy.ndarray) for part in self.parts)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
-
-    @property
-    def streamed(self) -> bool:
-        """Whether a part is read where it is stored (no array in memory or mapped)."""
-        return any(not isinstance(part, numpy.ndarray) for part in self.parts)
 
     def take(self, start: int, count: int) -> numpy.ndarray:
         first = int(numpy.searchsorted(self.starts, start, side="right")) - 1

@@ -26,6 +26,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable, Iterator, Optional
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -154,13 +155,37 @@ class _Raising:
         return self
 
     def __next__(self) -> Any:
-        batch = next(self.batches)
+        try:
+            batch = next(self.batches)
+        except (ConnectionError, EOFError) as error:
+            # A worker killed while handing a batch over: its tensors' memory comes through
+            # a connection to that worker, which the kill resets (torch reports no death
+            # then). Told as torch tells a death, so that ``worker_death`` makes it one line.
+            dead = self._dead_worker()
+            if dead is None:
+                raise
+            self.close()
+            raise RuntimeError("{} (pid {}) {} while handing over a batch ({}: {})".format(
+                _DEATH_NOTICE[:-len(" (pid")], dead.pid, _ending(dead.exitcode),
+                type(error).__name__, error)) from None
         if isinstance(batch, _Failed):
             # Stop the workers now rather than when the iterator is collected: the error may
             # end the process, and a worker left running would still be fetching and decoding.
             self.close()
             raise batch.error
         return batch
+
+    def _dead_worker(self, wait_s: float = 2.0) -> Any:
+        """A worker process that has ended, waiting up to ``wait_s`` for the kernel to
+        report it (the connection resets as the process exits, a moment before it is
+        reaped); None when all live."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            workers = getattr(self.batches, "_workers", [])
+            ended = [worker for worker in workers if not worker.is_alive()]
+            if ended or not workers or time.monotonic() >= deadline:
+                return ended[0] if ended else None
+            time.sleep(0.05)
 
     def close(self) -> None:
         # The workers end first (SIGTERM from their parent: ``_deaf_to_stops``): torch's
@@ -177,6 +202,14 @@ class _Raising:
 # (pid 123) is killed by signal: Killed." (its SIGCHLD handler) and "DataLoader worker (pid(s)
 # 123) exited unexpectedly" (a batch that never came).
 _DEATH_NOTICE = "DataLoader worker (pid"
+
+
+def _ending(exitcode: Optional[int]) -> str:
+    """How a worker's end reads in torch's words: "is killed by signal: Killed"."""
+    if exitcode is not None and exitcode < 0:
+        name = getattr(signal, "strsignal", None)  # Python 3.8+
+        return "is killed by signal: {}".format(name(-exitcode) if name else -exitcode)
+    return "exited with status {}".format(exitcode)
 
 
 def worker_death(error: BaseException) -> Optional[TrainerError]:

@@ -108,3 +108,48 @@ def test_workers_ignore_sigterm_from_others_and_sigint_but_end_when_the_trainer_
         worker.terminate()  # as torch does to a worker that does not end when asked
         worker.join(10)
     assert not any(worker.is_alive() for worker in workers)
+
+
+def _killed_by_the_kernel():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_killed_while_handing_a_batch_over_is_told_as_a_death():
+    """A worker SIGKILLed while its batch's memory comes through a connection to it: the read
+    fails with ConnectionResetError, which torch reports as nothing else. It is told as
+    torch tells a death, and ``worker_death`` makes it one line, exit 70."""
+    from trainer.data.loader import _Raising, worker_death
+
+    dead = multiprocessing.get_context("fork").Process(target=_killed_by_the_kernel)
+    dead.start()
+    dead.join(10)
+
+    class HandOver:
+        _workers = [dead]
+
+        def __next__(self):
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    with pytest.raises(RuntimeError) as raised:
+        next(_Raising(HandOver()))
+    died = worker_death(raised.value)
+    assert died is not None and died.exit_code == 70
+    assert died.message.startswith("a data worker died: DataLoader worker (pid {}) is killed "
+                                   "by signal: Killed while handing over a batch".format(
+                                       dead.pid)), died.message
+
+
+def test_a_reset_connection_with_every_worker_alive_is_left_as_it_is():
+    from trainer.data.loader import _Raising
+
+    class Reset:
+        _workers = []
+
+        def __next__(self):
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    with pytest.raises(ConnectionResetError):
+        next(_Raising(Reset()))

@@ -77,8 +77,21 @@ check_runtime = $(if $(filter xrt pjrt,$(RUNTIME)),,$(error RUNTIME must be xrt 
 # pip's own line per package with its download's size, so that it is never silent that long.
 PIP_INSTALL := $(PY) -m pip install --no-cache-dir --disable-pip-version-check
 venv_phase = @echo "make: $(VENV): $(1)"
+# A first install peaks at about 14 GB: torch's CUDA libraries take about 9 GB installed while
+# pip still holds their wheels (about 5 GB) in its temporary folder. With less free, stop before
+# pip starts, in one line, rather than with pip's "No space left on device" minutes in.
+VENV_DISK_GB ?= 14
+define venv_disk_check
+@ls -d $(VENV)/lib/python*/site-packages/torch >/dev/null 2>&1 || { \
+	free_kb=$$(df -Pk . | awk 'NR == 2 {print $$4}'); \
+	[ "$$free_kb" -ge $$(( $(VENV_DISK_GB) * 1048576 )) ] || { \
+	echo "make: $(VENV): the disk has $$(( free_kb / 1048576 )) GB free, a first install needs" \
+	"about $(VENV_DISK_GB) GB (torch's CUDA libraries); HINT: free space (make rehearse-stop says" \
+	"how much the rehearsal's Docker engine holds)" >&2; exit 1; }; }
+endef
 $(STAMP): requirements/dev.lock pyproject.toml requirements/image-xrt.txt
 	$(call venv_phase,installing the pinned environment (once, and again when a lock changes))
+	$(venv_disk_check)
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(call venv_phase,1/3: the $(shell grep -cE '^[A-Za-z0-9][^ ]*==' requirements/dev.lock) packages \
 		of requirements/dev.lock$(comma) each hash checked (torch from PyPI brings about 7 GB \

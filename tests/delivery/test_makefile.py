@@ -494,3 +494,19 @@ def test_the_first_install_says_what_it_does_phase_by_phase(tmp_path):
         prefix + "ready"]
     calls = (venv / "pip-calls").read_text().splitlines()
     assert len(calls) == 3 and "--quiet" not in calls[0].split()
+
+
+def test_a_first_venv_install_stops_before_pip_where_the_disk_is_short(tmp_path):
+    """A disk that cannot hold torch's CUDA libraries gets one line naming the free space,
+    what is needed and a hint, before pip starts, and no half-made venv (here a bound that no
+    disk meets stands in for a full disk)."""
+    venv = tmp_path / "venv"
+    result = subprocess.run(["make", "--no-print-directory", "-C", str(REPO), "venv",
+                             "VENV=" + str(venv), "VENV_DISK_GB=1000000"],
+                            env=clean_environ(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    [told] = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert re.fullmatch(r"make: {}: the disk has \d+ GB free, a first install needs about "
+                        r"1000000 GB \(torch's CUDA libraries\); HINT: free space \(.*\)".format(
+                            re.escape(str(venv))), told), told
+    assert not venv.exists()

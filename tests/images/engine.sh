@@ -18,6 +18,12 @@
 # and says where its data root is and how large (the stand-in and the images stay there for
 # the next rehearsal; deleting the folder frees the space).
 #
+# The engine of its own keeps its build cache at most TPU_XLA_BUILD_CACHE (default 12GB, what
+# both stand-ins' and both images' current layers take): every start prunes the least recently
+# used records beyond it. Without that, each run's new contexts and the container tier's
+# --no-cache rebuild (about 1.3 GB a run) pile up until the disk is full. An engine of the
+# user's own (DOCKER_HOST) is never pruned.
+#
 # STATE: TPU_XLA_ENGINE_DIR (default /var/lib/tpu-xla-dockerd). Exit 69 when no engine can be
 # had (env: none runs); 64 for an unknown mode.
 set -euo pipefail
@@ -127,4 +133,7 @@ if ! "$client" info >/dev/null 2>&1; then
   "$client" info >/dev/null 2>&1 || fail "dockerd did not start: $(tail -1 "$state/dockerd.log")"
 fi
 link_client "$client"
+# A no-op (0.2 s) when the cache is within its bound; pruning tens of GB takes a minute.
+"$client" builder prune --force --keep-storage "${TPU_XLA_BUILD_CACHE:-12GB}" >/dev/null 2>&1 \
+  || echo "engine.sh: could not prune the engine's build cache (docker builder prune)" >&2
 echo "DOCKER_HOST=$DOCKER_HOST DOCKER=$client"

@@ -3,14 +3,22 @@ that carry nothing but the launcher, the trainers, their locked packages and the
 cache, tests, .git, credentials or the build's CA bundle), and ``make push`` to a real registry
 on loopback whose pulled-back image is the one that was built."""
 
+import json
 import os
 import re
+import subprocess
 import urllib.request
 
 import pytest
 
-from conftest import clean_environ
+from conftest import REPO, clean_environ
 from containers import STANDIN, docker, image_id, make, run_container
+
+ENGINE_DIR = os.environ.get("TPU_XLA_ENGINE_DIR", "/var/lib/tpu-xla-dockerd")
+# engine.sh's default bound, as docker reads it (binary gigabytes).
+BUILD_CACHE_BOUND = 12 * 2 ** 30
+# docker system df's sizes, as go-units writes them: 4 significant digits, decimal units.
+DF_UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
 LIST_FILES = ("import os\n"
               "for root, dirs, files in os.walk('/'):\n"
@@ -116,3 +124,27 @@ def test_the_xrt_image_runs_as_any_user(images):
                            user="1000:1000", read_only=True)
     assert python.returncode == 0, python.stderr
     assert python.stdout.startswith("1.11")
+
+
+def build_cache_bytes():
+    """The engine's build cache, as ``docker system df`` reports it (rounded up by its
+    4-digit display, so that a cache at the bound is not read as over it)."""
+    for line in docker("system", "df", "--format", "{{json .}}").stdout.splitlines():
+        row = json.loads(line)
+        if row["Type"] == "Build Cache":
+            number, unit = re.fullmatch(r"([0-9.]+)([kMGT]?B)", row["Size"]).groups()
+            return float(number) * DF_UNITS[unit] * (1 - 5e-4)
+    raise AssertionError("docker system df has no build cache row")
+
+
+def test_the_engine_of_its_own_keeps_its_build_cache_bounded(images):
+    """Every run adds build contexts and a --no-cache rebuild (about 1.3 GB); unpruned they
+    filled the disk. Starting the engine (every make test-images does) prunes to 12 GB."""
+    if os.environ.get("DOCKER_HOST") != "unix://{}/docker.sock".format(ENGINE_DIR):
+        pytest.skip("the tier runs on an engine of the user's own, which is never pruned")
+    environ = {key: value for key, value in clean_environ().items() if key != "DOCKER_HOST"}
+    started = subprocess.run([str(REPO / "tests/images/engine.sh")], env=environ,
+                             capture_output=True, text=True, timeout=600)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("DOCKER_HOST=unix://{}/docker.sock ".format(ENGINE_DIR))
+    assert build_cache_bytes() <= BUILD_CACHE_BOUND

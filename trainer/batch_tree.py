@@ -16,18 +16,27 @@ dimension; a model's output is a tensor, a tuple, a dict or a Hugging Face ``Mod
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 
-def arguments(inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
-    """(positional, keyword) arguments of a model for ``inputs``: a dict as keyword
+def arguments(model: Callable, inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
+    """(positional, keyword) arguments of ``model`` for ``inputs``: a dict as keyword
     arguments, a tuple or list as positional ones, anything else (a tensor) as the one
-    argument."""
+    argument. A dict's get ``use_cache=False`` where the model's ``forward`` takes
+    ``use_cache`` and the dict does not set it: a Hugging Face model, whose config asks for a
+    cache of keys and values by default. Training never reads that cache; it would hold every
+    layer's keys and values, and a block recomputed by ``--remat=block`` would append to it a
+    second time (Hugging Face's own gradient checkpointing turns it off too)."""
     if isinstance(inputs, dict):
-        return (), dict(inputs)
+        kwargs = dict(inputs)
+        if "use_cache" not in kwargs and _takes_use_cache(type(model)):
+            kwargs["use_cache"] = False
+        return (), kwargs
     if isinstance(inputs, (tuple, list)):
         return tuple(inputs), {}
     return (inputs,), {}
@@ -35,8 +44,18 @@ def arguments(inputs: Any) -> Tuple[tuple, Dict[str, Any]]:
 
 def call_model(model: Callable, inputs: Any) -> Any:
     """``model`` on ``inputs`` (``arguments``)."""
-    args, kwargs = arguments(inputs)
+    args, kwargs = arguments(model, inputs)
     return model(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_use_cache(kind: type) -> bool:
+    """Whether ``kind``'s ``forward`` has a ``use_cache`` parameter (asked once a class)."""
+    try:
+        parameters = inspect.signature(kind.forward).parameters
+    except (AttributeError, TypeError, ValueError):  # no forward, or one inspect cannot read
+        return False
+    return "use_cache" in parameters
 
 
 def to_device(inputs: Any, device: Any) -> Any:

@@ -96,7 +96,7 @@ class ModelTensors:
         ``batch_tree.arguments``) with these tensors in its parameters' and buffers' places."""
         tensors = dict(zip(self.parameter_names, parameters))
         tensors.update(zip(self.buffer_names, buffers))
-        args, kwargs = arguments(x)
+        args, kwargs = arguments(self.model, x)
         return torch.func.functional_call(self.model, tensors, args, kwargs)
 
 

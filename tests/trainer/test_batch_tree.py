@@ -34,6 +34,30 @@ def test_the_inputs_type_says_how_the_model_is_called():
     assert seen == [(1, []), (2, []), (2, []), (0, ["attention_mask", "input_ids"])]
 
 
+class CachingModel(torch.nn.Module):
+    """As a Hugging Face model's forward: ``use_cache`` among its parameters."""
+
+    def forward(self, input_ids, use_cache=None):
+        return use_cache
+
+
+class PlainModel(torch.nn.Module):
+    def forward(self, input_ids, **kwargs):
+        return kwargs.get("use_cache", "not passed")
+
+
+@pytest.mark.parametrize("model, inputs, expected", [
+    (CachingModel(), {"input_ids": torch.zeros(2)}, False),
+    (CachingModel(), {"input_ids": torch.zeros(2), "use_cache": True}, True),  # the row's say
+    (CachingModel(), (torch.zeros(2),), None),  # positional: the model's own default
+    (PlainModel(), {"input_ids": torch.zeros(2)}, "not passed"),
+])
+def test_a_models_cache_is_off_for_dict_rows_unless_the_row_asks(model, inputs, expected):
+    assert batch_tree.call_model(model, inputs) == expected
+    args, kwargs = batch_tree.arguments(model, inputs)
+    assert model(*args, **kwargs) == expected
+
+
 @pytest.mark.parametrize("outputs, expected", [
     (torch.ones(2, 3), "tensor"), ((torch.ones(2, 3), torch.zeros(2, 3)), "tensor"),
     ([torch.ones(2, 3)], "tensor"), ({"logits": torch.ones(2, 3)}, "tensor"),

@@ -334,7 +334,52 @@ def mixed_precision(precision: str) -> Callable[[], Any]:
         raise TrainerError("--precision=bf16 needs torch_xla 2.x (autocast on XLA devices); "
                            "this is torch_xla {}".format(torch_xla_version()),
                            "use --precision=fp32 on this image, or the pjrt image")
+    _attention_under_autocast()
     return lambda: torch.autocast(DEVICE_TYPE, dtype=torch.bfloat16)
+
+
+# The registration of ``_attention_in_low_precision`` (kept: torch drops a registration when
+# its library is collected).
+_AUTOCAST_ATTENTION: List[Any] = []
+
+
+def _attention_under_autocast() -> None:
+    """``scaled_dot_product_attention`` cast to autocast's dtype on XLA devices, as autocast
+    casts it on every other device (CPU, CUDA, XPU, MPS: "lower_precision_fp"). torch_xla 2.9
+    leaves it out of its autocast list, so that a model whose query and key leave a float32
+    rotary embedding while its value is a bfloat16 projection (Hugging Face's Llama and most
+    language models) fails at its first attention: "Expected query, key, and value to have the
+    same dtype". Registered once, for the process; where torch cannot, nothing changes."""
+    if _AUTOCAST_ATTENTION:
+        return
+    try:
+        library = torch.library.Library("aten", "IMPL")
+        library.impl("scaled_dot_product_attention", _attention_in_low_precision,
+                     "AutocastXLA")
+    except (AttributeError, RuntimeError, ValueError):  # no such key or op in this torch
+        return
+    _AUTOCAST_ATTENTION.append(library)
+
+
+def _attention_in_low_precision(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                attn_mask: Optional[torch.Tensor] = None,
+                                dropout_p: float = 0.0, is_causal: bool = False,
+                                scale: Optional[float] = None,
+                                enable_gqa: bool = False) -> torch.Tensor:
+    """Autocast's kernel of the attention for XLA devices: its floating-point arguments but
+    float64 (the mask's too) in autocast's dtype, then the attention with autocast off, as
+    torch's own autocast kernels run the operation they cast for."""
+    dtype = torch.get_autocast_dtype(DEVICE_TYPE)
+
+    def low(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        if tensor is None or not tensor.is_floating_point() or tensor.dtype == torch.float64:
+            return tensor
+        return tensor.to(dtype)
+
+    with torch.autocast(DEVICE_TYPE, enabled=False):
+        return torch.ops.aten.scaled_dot_product_attention(
+            low(query), low(key), low(value), low(attn_mask), dropout_p, is_causal,
+            scale=scale, enable_gqa=enable_gqa)
 
 
 def _has_xla_autocast() -> bool:

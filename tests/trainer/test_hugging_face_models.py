@@ -149,3 +149,28 @@ def test_gpt2s_dropout_is_one_line_under_remat_and_without_it_recomputes_to_none
     _, found = train(gpt2(dropout=0.0), tmp_path / "block", remat="block", **flags)
     start = gpt2(dropout=0.0).state_dict()
     moved_alike(expected, found, start)
+
+
+@pytest.mark.parametrize("step_mode, sharding", [
+    (xla.COMPILED, "dp"), (xla.LAZY, "dp"),
+    pytest.param(xla.COMPILED, "fsdp", marks=pytest.mark.spmd)])
+def test_llama_trains_under_bf16_autocast_with_its_layers_recomputed(tmp_path, step_mode,
+                                                                    sharding):
+    """--precision=bf16: its attention's float32 query and key (the rotary embedding's) meet
+    a bfloat16 value, which torch_xla's autocast once refused at the first step. The weights
+    stay float32, and the evaluation's loss is the model's own under CPU autocast (the same
+    casts) within 16 bfloat16 roundings (2^-8 each) of the largest logit: a cross-entropy
+    moves at most twice as far as its logits, each rounded along 8 stages (the embedding,
+    2 x attention and MLP, the norm, the head)."""
+    summary, state = train(llama(), tmp_path / "job", step_mode=step_mode, sharding=sharding,
+                           precision="bf16", remat="block")
+    assert {tensor.dtype for tensor in state.values()} == {torch.float32}
+    fresh = llama(seed=5)
+    fresh.load_state_dict(state, strict=True)
+    fresh.eval()
+    evaluation = PaddedRows(16, seed=1)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = fresh(input_ids=evaluation.ids, attention_mask=evaluation.mask,
+                         labels=evaluation.labels)
+    bound = 2 * 8 * 2 ** -8 * float(expected.logits.float().abs().max())
+    assert abs(summary["final_eval_loss"] - float(expected.loss)) <= bound

@@ -97,3 +97,27 @@ def test_to_host_fetches_device_tensors_together_and_copies_host_ones_in_order()
     assert torch.equal(copies[0], torch.arange(4.0)) and copies[2].tolist() == [7, 8]
     assert copies[2].dtype == torch.int64
     assert torch.equal(copies[1], on_host) and copies[1].data_ptr() != on_host.data_ptr()
+
+
+def test_attention_under_bf16_autocast_runs_in_bfloat16_as_on_every_other_device():
+    """A float32 query and key (out of a float32 rotary embedding) with a bfloat16 value (a
+    projection under autocast): torch_xla's autocast leaves the attention out and torch
+    refused the mix; --precision=bf16 casts its floating inputs, the mask's too, as CPU and
+    CUDA autocast do: the attention of the inputs cast by hand, autocast off, exactly."""
+    generator = torch.Generator().manual_seed(0)
+    query, key = (torch.randn(2, 4, 6, 8, generator=generator) for _ in range(2))
+    value = torch.randn(2, 4, 6, 8, generator=generator).bfloat16()
+    mask = torch.randn(2, 1, 6, 6, generator=generator)
+    device = xla.device()
+    on_device = [tensor.to(device) for tensor in (query, key, value, mask)]
+    with xla.mixed_precision(xla.BF16)():
+        found = torch.nn.functional.scaled_dot_product_attention(*on_device[:3],
+                                                                 attn_mask=on_device[3])
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *[tensor.bfloat16() for tensor in on_device[:3]], attn_mask=on_device[3].bfloat16())
+    assert found.dtype == torch.bfloat16
+    assert torch.equal(found.cpu(), expected.cpu())
+    with xla.mixed_precision(xla.BF16)():  # registered once: a second run changes nothing
+        again = torch.nn.functional.scaled_dot_product_attention(*on_device[:3],
+                                                                 attn_mask=on_device[3])
+    assert torch.equal(again.cpu(), expected.cpu())

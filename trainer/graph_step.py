@@ -150,6 +150,9 @@ class OneGraphTrainStep:
         self._structure: Any = None  # the input's, while a step is traced
         # With clipping: the last step's gradient norm before it, on the device.
         self.grad_norm: Optional[torch.Tensor] = None
+        # Under FSDP (some tensor of the state split): ``xla.split_as``, through which the
+        # traced step returns the state, so that the next step gets it in the same layout.
+        self._split_as: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
 
     def __call__(self, number: int, x: Any, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
@@ -159,6 +162,8 @@ class OneGraphTrainStep:
                  + self.rule.read(self.optimizer, self.trained)
                  + (self.average.of(self.trained) if self.average is not None else []))
         leaves, self._structure = flatten(x)
+        if self._split_as is None and any(xla.sharded(tensor) for tensor in state):
+            self._split_as = xla.split_as()  # FSDP: each new value split as its old one
         outputs = self._graph(state, tuple(leaves) + (y, self._counter, loss_total),
                               self._structure)
         (new_parameters, new_buffers, new_slots, new_averages,
@@ -177,7 +182,7 @@ class OneGraphTrainStep:
         """The traced function: eager code on the tensors it is given, which it leaves as
         they are; returns the new parameters, buffers, optimizer state and averages, then the
         loss total, the next step's counter and (with clipping) the gradients' norm."""
-        parameters, frozen, buffers, slots, averages, batch = _split(inputs, *self._sizes)
+        parameters, frozen, old_buffers, slots, averages, batch = _split(inputs, *self._sizes)
         x = unflatten(batch[:-3], self._structure)
         y, counter, loss_total = batch[-3:]
         leaves = [parameter.detach().requires_grad_() for parameter in parameters]
@@ -186,7 +191,7 @@ class OneGraphTrainStep:
         for index, tensor in zip(self._order, leaves + list(frozen)):
             ordered[index] = tensor
         # The forward updates batch-norm statistics in place: on copies, which it returns.
-        buffers = [buffer.clone() for buffer in buffers]
+        buffers = [buffer.clone() for buffer in old_buffers]
         if self.accumulate == 1:
             with self.autocast():
                 loss = loss_of(self.loss_fn, self.tensors.call(ordered, buffers, x), x, y)
@@ -203,8 +208,11 @@ class OneGraphTrainStep:
                                                          counter)
             new_averages = (self.average.updated(averages, new_parameters)
                             if self.average is not None else [])
-        return tuple(new_parameters) + tuple(buffers) + tuple(new_slots) + tuple(
-            new_averages) + (loss_total + loss.detach(), counter + 1) + norm
+        state = list(new_parameters) + list(buffers) + list(new_slots) + list(new_averages)
+        if self._split_as is not None:
+            state = [self._split_as(new, old) for new, old in zip(
+                state, list(parameters) + list(old_buffers) + list(slots) + list(averages))]
+        return tuple(state) + (loss_total + loss.detach(), counter + 1) + norm
 
     def _accumulated(self, ordered: Tensors, buffers: Tensors, x: Any, y: torch.Tensor,
                      leaves: Tensors) -> Tuple[torch.Tensor, List[torch.Tensor]]:

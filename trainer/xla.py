@@ -315,6 +315,43 @@ def recompute_barrier() -> Optional[Callable[[List[torch.Tensor]], List[torch.Te
     return _BARRIER[0]
 
 
+_SPLIT_AS: List[Any] = []
+
+
+def split_as() -> Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """A function ``(new, old)``: a copy of ``new`` split over the devices exactly as ``old``
+    is, whole on each where ``old`` is whole. The compiled step returns each tensor of the
+    training state through it under FSDP: XLA otherwise splits a whole tensor's new value
+    where its neighbours are split (GPT-2's MLP bias beside its split weight), and the step
+    that gets it back compiles a second program for that layout. A torch custom op, so that
+    ``make_fx`` records it; torch_xla runs it with the step's real inputs. None where torch
+    has no custom ops (1.x, which has no SPMD either)."""
+    if not _SPLIT_AS:
+        library = getattr(torch, "library", None)
+        if not hasattr(library, "custom_op"):
+            return None
+
+        @library.custom_op("tpu_trainer::split_as", mutates_args=())
+        def split(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+            copy = new.clone()
+            if copy.device.type == "xla":
+                if sharded(old):
+                    layout = torch_xla._XLAC._get_xla_op_sharding(old)
+                else:
+                    from torch_xla.distributed.spmd import ShardingType
+
+                    layout = torch_xla._XLAC.OpSharding([], [], [], ShardingType.REPLICATED)
+                torch_xla._XLAC._xla_mark_sharding(copy, layout)
+            return copy
+
+        @split.register_fake
+        def _(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+            return torch.empty_like(new)
+
+        _SPLIT_AS.append(split)
+    return _SPLIT_AS[0]
+
+
 FP32, BF16 = "fp32", "bf16"  # --precision
 DEVICE_TYPE = "xla"  # torch's name of the device type, as autocast takes it
 

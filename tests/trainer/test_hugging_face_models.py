@@ -174,3 +174,17 @@ def test_llama_trains_under_bf16_autocast_with_its_layers_recomputed(tmp_path, s
                          labels=evaluation.labels)
     bound = 2 * 8 * 2 ** -8 * float(expected.logits.float().abs().max())
     assert abs(summary["final_eval_loss"] - float(expected.loss)) <= bound
+
+
+@pytest.mark.spmd
+def test_gpt2_under_fsdp_compiles_one_training_program(tmp_path):
+    """GPT-2's MLP bias (256 elements) is held whole beside its split weight; XLA once
+    returned its new value split, and the second step compiled a program of its own for
+    that layout (a TPU's minutes, once a run). Now: one program for training, one for the
+    evaluation, from the first step to the last."""
+    summary, _ = train(gpt2(), tmp_path / "job", sharding="fsdp", log_steps=1)
+    records = [json.loads(line) for line in (tmp_path / "job" / "metrics.jsonl").read_text()
+               .splitlines()]
+    first_epoch = [record for record in records if record.get("kind") == "train"][:4]
+    assert [record["graphs_compiled"] for record in first_epoch] == [1, 1, 1, 1]
+    assert summary["compile_count"] == 2

@@ -230,6 +230,9 @@ def fit(config: TrainConfig, spec: TrainSpec, paths: OutputPaths,
         # host's own where nothing was evaluated.
         summary.update(run.damaged_total or spec.data.damaged_images())
         outputs.write_summary(summary)
+    # Handed back on the host with model.pt's weights: what the caller does next (Hugging
+    # Face's save_pretrained, inference, another run) needs no XLA device.
+    tied_weights.onto_host(model, trained)
     return summary
 
 

@@ -1,4 +1,4 @@
-"""Moving a model to the XLA device with its tied weights still tied.
+"""Moving a model to the XLA device, and back to the host, with its tied weights still tied.
 
 A parameter held by two modules (input and output embeddings tied: GPT-2, T5, most language
 models; ``head.weight = tok.weight``) is one tensor, trained once with the sum of both uses'
@@ -11,7 +11,7 @@ after the move). ``to_device`` puts the one parameter back in every place.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, List, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 import torch
 
@@ -39,3 +39,30 @@ def to_device(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         for module, name in others:
             module._parameters[name] = parameter
     return model
+
+
+def onto_host(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """``model`` back on the host holding ``state``, its own ``state_dict()`` fetched to the
+    CPU after training: each parameter and buffer of the state dict becomes that entry, with
+    no second copy from the device (nor a gather of a split one from other hosts), and a
+    parameter held in several places is still one parameter in all of them. Buffers the state
+    dict leaves out (non-persistent: a rotary embedding's frequencies) are copied over."""
+    moved: Dict[int, torch.Tensor] = {}  # a device tensor's id -> its host replacement
+    for prefix, module in model.named_modules():
+        for slots, make in ((module._parameters, _parameter_like), (module._buffers, _same)):
+            for name, tensor in slots.items():
+                if tensor is None:
+                    continue
+                if id(tensor) not in moved:
+                    key = prefix + "." + name if prefix else name
+                    host = state[key] if key in state else tensor.detach().cpu()
+                    moved[id(tensor)] = make(host, tensor)
+                slots[name] = moved[id(tensor)]
+
+
+def _parameter_like(value: torch.Tensor, parameter: torch.Tensor) -> torch.Tensor:
+    return torch.nn.Parameter(value, requires_grad=parameter.requires_grad)
+
+
+def _same(value: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    return value

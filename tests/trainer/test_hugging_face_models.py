@@ -2,7 +2,8 @@
 pretrain them) trained through ``trainer.train`` on the XLA CPU device as their authors meant:
 on the model's own causal loss over rows padded on the right (``attention_mask`` 0 and labels
 -100 there, as Hugging Face's collator makes them), the input and output embeddings one tensor
-(``tie_word_embeddings``), ``model.pt`` loading strictly into a fresh model, the evaluation's
+(``tie_word_embeddings``), the model handed back on the host for ``save_pretrained``,
+``model.pt`` loading strictly into a fresh model, the evaluation's
 loss the model's own on the evaluation rows, and ``--remat=block`` recomputing the decoder
 layers (``model.layers``, ``transformer.h``) to the weights of none, on one device and split
 over four under fsdp. The model's ``use_cache`` (on by default) is off in the trainer's calls:
@@ -86,7 +87,13 @@ def test_llama_trains_on_its_own_loss_with_its_embeddings_one_tensor(tmp_path, s
     model = llama()
     summary, state = train(model, tmp_path / "job", step_mode=step_mode)
     assert model.config.use_cache  # the user's config as it was: the trainer only passes False
-    fresh = llama(seed=5)
+    # Handed back on the host, tied, ready for Hugging Face's own saving and loading.
+    assert {parameter.device.type for parameter in model.parameters()} == {"cpu"}
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.save_pretrained(str(tmp_path / "saved"))
+    fresh = LlamaForCausalLM.from_pretrained(str(tmp_path / "saved"))
+    assert fresh.state_dict().keys() == state.keys()
+    assert all(torch.equal(fresh.state_dict()[name], state[name]) for name in state)
     fresh.load_state_dict(state, strict=True)
     embedding = state["model.embed_tokens.weight"]
     assert not torch.equal(embedding, start["model.embed_tokens.weight"])

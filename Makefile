@@ -79,13 +79,15 @@ PIP_INSTALL := $(PY) -m pip install --no-cache-dir --disable-pip-version-check
 venv_phase = @echo "make: $(VENV): $(1)"
 # A first install peaks at about 14 GB: torch's CUDA libraries take about 9 GB installed while
 # pip still holds their wheels (about 5 GB) in its temporary folder. With less free, stop before
-# pip starts, in one line, rather than with pip's "No space left on device" minutes in.
+# pip starts, in one line, rather than with pip's "No space left on device" minutes in. The disk
+# is the one the venv goes on (its nearest folder that exists).
 VENV_DISK_GB ?= 14
 define venv_disk_check
 @ls -d $(VENV)/lib/python*/site-packages/torch >/dev/null 2>&1 || { \
-	free_kb=$$(df -Pk . | awk 'NR == 2 {print $$4}'); \
-	[ "$$free_kb" -ge $$(( $(VENV_DISK_GB) * 1048576 )) ] || { \
-	echo "make: $(VENV): the disk has $$(( free_kb / 1048576 )) GB free, a first install needs" \
+	dir=$$(dirname $(VENV)); while [ ! -d "$$dir" ]; do dir=$$(dirname "$$dir"); done; \
+	free_kb=$$(df -Pk "$$dir" | awk 'NR == 2 {print $$4}'); \
+	[ "$${free_kb:-0}" -ge $$(( $(VENV_DISK_GB) * 1048576 )) ] || { \
+	echo "make: $(VENV): the disk has $$(( $${free_kb:-0} / 1048576 )) GB free, a first install needs" \
 	"about $(VENV_DISK_GB) GB (torch's CUDA libraries); HINT: free space (make rehearse-stop says" \
 	"how much the rehearsal's Docker engine holds)" >&2; exit 1; }; }
 endef

@@ -153,6 +153,7 @@ class OneGraphTrainStep:
         # Under FSDP (some tensor of the state split): ``xla.split_as``, through which the
         # traced step returns the state, so that the next step gets it in the same layout.
         self._split_as: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
+        self._layout_known = False
 
     def __call__(self, number: int, x: Any, y: torch.Tensor,
                  loss_total: torch.Tensor) -> torch.Tensor:
@@ -162,8 +163,10 @@ class OneGraphTrainStep:
                  + self.rule.read(self.optimizer, self.trained)
                  + (self.average.of(self.trained) if self.average is not None else []))
         leaves, self._structure = flatten(x)
-        if self._split_as is None and any(xla.sharded(tensor) for tensor in state):
-            self._split_as = xla.split_as()  # FSDP: each new value split as its old one
+        if not self._layout_known:  # once: the optimizer state is made at the first step
+            self._layout_known = True
+            if any(xla.sharded(tensor) for tensor in state):
+                self._split_as = xla.split_as()  # FSDP: each new value split as its old one
         outputs = self._graph(state, tuple(leaves) + (y, self._counter, loss_total),
                               self._structure)
         (new_parameters, new_buffers, new_slots, new_averages,

@@ -15,8 +15,10 @@ from conftest import REPO, clean_environ
 from containers import STANDIN, docker, image_id, make, run_container
 
 ENGINE_DIR = os.environ.get("TPU_XLA_ENGINE_DIR", "/var/lib/tpu-xla-dockerd")
-# engine.sh's default bound, as docker reads it (binary gigabytes).
-BUILD_CACHE_BOUND = 12 * 2 ** 30
+# engine.sh's bound (TPU_XLA_BUILD_CACHE, default 12GB), as docker reads it: binary units.
+BUILD_CACHE = re.fullmatch(r"(\d+)([KMG]B)", os.environ.get("TPU_XLA_BUILD_CACHE", "12GB"))
+BUILD_CACHE_BOUND = int(BUILD_CACHE.group(1)) * {"KB": 2 ** 10, "MB": 2 ** 20,
+                                                 "GB": 2 ** 30}[BUILD_CACHE.group(2)]
 # docker system df's sizes, as go-units writes them: 4 significant digits, decimal units.
 DF_UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
@@ -139,7 +141,8 @@ def build_cache_bytes():
 
 def test_the_engine_of_its_own_keeps_its_build_cache_bounded(images):
     """Every run adds build contexts and a --no-cache rebuild (about 1.3 GB); unpruned they
-    filled the disk. Starting the engine (every make test-images does) prunes to 12 GB."""
+    filled the disk. Starting the engine (every make test-images does) prunes to 12 GB
+    (TPU_XLA_BUILD_CACHE)."""
     if os.environ.get("DOCKER_HOST") != "unix://{}/docker.sock".format(ENGINE_DIR):
         pytest.skip("the tier runs on an engine of the user's own, which is never pruned")
     environ = {key: value for key, value in clean_environ().items() if key != "DOCKER_HOST"}
